@@ -1,0 +1,188 @@
+"""The one data model: an engine's startup as a per-rank timeline plus the sizing decision.
+
+Produced by ``plan`` (predicted), ``doctor`` (observed in logs) and ``probe`` (measured), so the
+three can be compared phase by phase. All figures are integer bytes; ``None`` means unknown.
+
+JSON contract (other tools read these keys; add keys, never rename):
+top level ``engine``, ``engine_version``, ``model``, ``gpu``, ``starts``, ``error``,
+``kv_cache_tokens``, ``max_running_requests``, ``kv_cell_bytes``, ``kv_cache_bytes``,
+``weights_bytes``, ``fix`` [{flag, value, why}], ``ranks`` [{rank, phases: [{name,
+free_bytes_before, free_bytes_after, estimated}], decision}], plus engine-specific keys in
+``extra`` (SGLang: ``mem_fraction_static``, ``mem_fraction_static_source``,
+``min_mem_fraction_static``; vLLM: ``num_gpu_blocks``, ``available_kv_cache_bytes``, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# Phase names shared by every engine and every source (plan / doctor / probe).
+PHASE_INIT = "init"  # CUDA context, NCCL / custom all-reduce: free memory after it is the baseline
+PHASE_LOAD_WEIGHTS = "load_weights"
+PHASE_LOAD_DRAFT = "load_draft_weights"
+PHASE_PROFILE = "profile"  # the engine's sizing formula (SGLang profile / vLLM memory profiling)
+PHASE_KV_ALLOC = "kv_cache"
+PHASE_REQ_POOL = "req_to_token_pool"
+PHASE_CUDA_GRAPH = "cuda_graph"
+PHASE_ORDER = (
+    PHASE_INIT,
+    PHASE_LOAD_WEIGHTS,
+    PHASE_LOAD_DRAFT,
+    PHASE_PROFILE,
+    PHASE_KV_ALLOC,
+    PHASE_REQ_POOL,
+    PHASE_CUDA_GRAPH,
+)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One startup phase on one rank: device free memory before and after it."""
+
+    name: str
+    free_bytes_before: int | None
+    free_bytes_after: int | None
+    estimated: bool = False
+    note: str = ""
+
+    @property
+    def used_bytes(self) -> int | None:
+        if self.free_bytes_before is None or self.free_bytes_after is None:
+            return None
+        return self.free_bytes_before - self.free_bytes_after
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "free_bytes_before": self.free_bytes_before,
+            "free_bytes_after": self.free_bytes_after,
+            "used_bytes": self.used_bytes,
+            "estimated": self.estimated,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A flag change that makes the engine start (or start better), with the reason."""
+
+    flag: str
+    value: Any
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flag": self.flag, "value": self.value, "why": self.why}
+
+
+@dataclass(frozen=True)
+class RankTimeline:
+    """One GPU rank: its phases in order and the sizing formula's named inputs and outputs."""
+
+    rank: int
+    phases: tuple[Phase, ...]
+    decision: Mapping[str, Any] = field(default_factory=dict)
+
+    def phase(self, name: str) -> Phase | None:
+        for p in self.phases:
+            if p.name == name:
+                return p
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "phases": [p.to_dict() for p in self.phases],
+            "decision": dict(self.decision),
+        }
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One engine start: what every rank did and what came of it."""
+
+    source: str  # "plan" | "log" | "probe"
+    engine: str  # "sglang" | "vllm"
+    engine_version: str | None
+    model: str | None
+    gpu: str | None
+    starts: bool | None
+    error: str | None
+    kv_cache_tokens: int | None
+    max_running_requests: int | None
+    kv_cell_bytes: int | None
+    kv_cache_bytes: int | None
+    weights_bytes: int | None
+    ranks: tuple[RankTimeline, ...] = ()
+    fix: tuple[Fix, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    estimated: tuple[str, ...] = ()  # names of top-level figures that are estimates
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "source": self.source,
+            "engine": self.engine,
+            "engine_version": self.engine_version,
+            "model": self.model,
+            "gpu": self.gpu,
+            "starts": self.starts,
+            "error": self.error,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_running_requests": self.max_running_requests,
+            "kv_cell_bytes": self.kv_cell_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "weights_bytes": self.weights_bytes,
+        }
+        for k, v in self.extra.items():
+            out.setdefault(k, v)
+        out["fix"] = [f.to_dict() for f in self.fix]
+        out["warnings"] = list(self.warnings)
+        out["estimated"] = list(self.estimated)
+        out["ranks"] = [r.to_dict() for r in self.ranks]
+        return out
+
+
+def timeline_from_dict(d: Mapping[str, Any]) -> Timeline:
+    """Inverse of ``Timeline.to_dict`` (used by ``doctor --against plan.json``)."""
+    known = {
+        "source", "engine", "engine_version", "model", "gpu", "starts", "error",
+        "kv_cache_tokens", "max_running_requests", "kv_cell_bytes", "kv_cache_bytes",
+        "weights_bytes", "fix", "warnings", "estimated", "ranks",
+    }
+    ranks = tuple(
+        RankTimeline(
+            rank=int(r.get("rank", i)),
+            phases=tuple(
+                Phase(
+                    name=p["name"],
+                    free_bytes_before=p.get("free_bytes_before"),
+                    free_bytes_after=p.get("free_bytes_after"),
+                    estimated=bool(p.get("estimated", False)),
+                    note=p.get("note", ""),
+                )
+                for p in r.get("phases", ())
+            ),
+            decision=dict(r.get("decision", {})),
+        )
+        for i, r in enumerate(d.get("ranks", ()))
+    )
+    return Timeline(
+        source=d.get("source", "plan"),
+        engine=d.get("engine", "unknown"),
+        engine_version=d.get("engine_version"),
+        model=d.get("model"),
+        gpu=d.get("gpu"),
+        starts=d.get("starts"),
+        error=d.get("error"),
+        kv_cache_tokens=d.get("kv_cache_tokens"),
+        max_running_requests=d.get("max_running_requests"),
+        kv_cell_bytes=d.get("kv_cell_bytes"),
+        kv_cache_bytes=d.get("kv_cache_bytes"),
+        weights_bytes=d.get("weights_bytes"),
+        ranks=ranks,
+        fix=tuple(Fix(f["flag"], f.get("value"), f.get("why", "")) for f in d.get("fix", ())),
+        extra={k: v for k, v in d.items() if k not in known},
+        warnings=tuple(d.get("warnings", ())),
+        estimated=tuple(d.get("estimated", ())),
+    )
