@@ -1,0 +1,139 @@
+"""GPU catalog: capacity as the driver reports it, bandwidth, compute and interconnect.
+
+Every figure carries its source (see ``SOURCES``; details in docs and in the perf spec table
+``shared/specs/perf.md`` §1.1). ``memory_mib`` is ``nvidia-smi --query-gpu=memory.total`` (what
+SGLang's ``get_device_memory_capacity()`` returns); ``cuda_total_bytes`` is
+``torch.cuda.mem_get_info()[1]`` (what vLLM multiplies by ``gpu_memory_utilization``), measured
+where a public log printed it and otherwise estimated (marked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import FlagError
+from ..units import GiB, MiB
+
+# On NVIDIA 80 GB parts the CUDA-visible total is 0.46 GiB under nvidia-smi's figure
+# (H100 SXM: 81559 MiB = 79.65 GiB vs 79.19 GiB in vLLM 0.19 logs, shared/logs llm-d sweep).
+# Used only where no log printed the CUDA-visible total: an estimate.
+_DRIVER_RESERVED_BYTES_EST = int(0.46 * GiB)
+# GDDR parts: RTX 3090 nvidia-smi 24268 MiB = 23.70 GiB vs total_gpu_memory=23.58GiB in a vLLM log
+# (shared/logs vllm-llama31-8b-3090-*): 0.12 GiB.
+_GDDR_RESERVED_BYTES_EST = int(0.12 * GiB)
+_GDDR = ("l40s", "l4", "a10g", "t4", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-pro-6000")
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    kind: str  # "nvlink" | "pcie" | "infinity-fabric" | "nvlink-c2c"
+    generation: int  # NVLink gen or PCIe gen
+    bandwidth_gbps_per_dir: float  # GB/s per direction per GPU (1e9 B/s)
+    pcie_generation: int = 4  # host link (and GPU-GPU path when kind == "pcie")
+    max_nvlink_domain: int = 8  # GPUs in one NVLink domain (NVL72: 72; bridged pairs: 2)
+
+    @property
+    def is_full_nvlink(self) -> bool:
+        """SGLang/vLLM ``full_nvlink``: every GPU pair NVLink-connected (not bridged pairs)."""
+        return self.kind in ("nvlink", "infinity-fabric") and self.max_nvlink_domain > 2
+
+
+@dataclass(frozen=True)
+class GPU:
+    key: str
+    name: str  # as nvidia-smi / rocm-smi prints it
+    vendor: str  # "nvidia" | "amd"
+    memory_mib: int  # driver total (nvidia-smi memory.total / rocm-smi)
+    cuda_total_bytes: int  # torch.cuda.mem_get_info()[1]
+    cuda_total_estimated: bool
+    mem_bandwidth_gbps: float  # GB/s (1e9 B/s)
+    bf16_tflops: float  # dense; FP32-accumulate for GeForce parts
+    fp8_tflops: float | None
+    interconnect: Interconnect
+    sm: str  # compute capability / arch, e.g. "sm90"
+    source: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib * MiB
+
+
+def _gpu(key: str, name: str, mib: int, bw: float, bf16: float, fp8: float | None, ic: Interconnect, sm: str,
+         source: str, aliases: tuple[str, ...] = (), cuda_total_gib: float | None = None, vendor: str = "nvidia") -> GPU:
+    if cuda_total_gib is not None:
+        total, est = int(cuda_total_gib * GiB), False
+    else:
+        reserved = _GDDR_RESERVED_BYTES_EST if key in _GDDR else _DRIVER_RESERVED_BYTES_EST
+        total, est = mib * MiB - (reserved if vendor == "nvidia" else 0), True
+    return GPU(key, name, vendor, mib, total, est, bw, bf16, fp8, ic, sm, source, aliases)
+
+
+NVL4 = Interconnect("nvlink", 4, 450.0, pcie_generation=5)
+NVL3 = Interconnect("nvlink", 3, 300.0, pcie_generation=4)
+NVL5 = Interconnect("nvlink", 5, 900.0, pcie_generation=5)
+NVL5_72 = Interconnect("nvlink", 5, 900.0, pcie_generation=5, max_nvlink_domain=72)
+PCIE4 = Interconnect("pcie", 4, 32.0, pcie_generation=4, max_nvlink_domain=1)
+PCIE5 = Interconnect("pcie", 5, 64.0, pcie_generation=5, max_nvlink_domain=1)
+XGMI = Interconnect("infinity-fabric", 3, 64.0 * 7, pcie_generation=5)
+_T = "shared/specs/perf.md §1.1"
+
+GPUS: tuple[GPU, ...] = (
+    _gpu("h100-sxm", "NVIDIA H100 80GB HBM3", 81559, 3350, 989, 1979, NVL4, "sm90",
+         f"{_T}; CUDA total 79.19 GiB from vLLM 0.19 logs (llm-d sweep)", ("h100", "h100-80g"), cuda_total_gib=79.19),
+    _gpu("h100-pcie", "NVIDIA H100 PCIe", 81559, 2000, 756, 1513, PCIE5, "sm90", f"{_T} (memory total not verified)"),
+    _gpu("h200", "NVIDIA H200", 143771, 4800, 989, 1979, NVL4, "sm90", _T, ("h200-sxm",)),
+    _gpu("h20", "NVIDIA H20", 97871, 4000, 148, 296, NVL4, "sm90", _T),
+    _gpu("a100-40g", "NVIDIA A100-SXM4-40GB", 40960, 1555, 312, None, NVL3, "sm80", _T, ("a100-40gb",)),
+    _gpu("a100-80g", "NVIDIA A100-SXM4-80GB", 81920, 2039, 312, None, NVL3, "sm80", _T, ("a100", "a100-80gb")),
+    _gpu("l40s", "NVIDIA L40S", 46068, 864, 362, 733, PCIE4, "sm89", _T),
+    _gpu("l4", "NVIDIA L4", 23034, 300, 121, 242.5, PCIE4, "sm89", _T),
+    _gpu("a10g", "NVIDIA A10G", 23028, 600, 70, None, PCIE4, "sm86",
+         f"{_T} (memory total and 70 TF are estimates)"),
+    _gpu("t4", "Tesla T4", 15360, 320, 65, None, Interconnect("pcie", 3, 16.0, 3, 1), "sm75",
+         "NVIDIA T4 datasheet (16 GB GDDR6, 320 GB/s, 65 TF FP16); nvidia-smi 15360 MiB"),
+    _gpu("v100", "Tesla V100-SXM2-32GB", 32768, 900, 125, None, Interconnect("nvlink", 2, 150.0, 3), "sm70",
+         "NVIDIA V100 datasheet (32 GB HBM2, 900 GB/s, 125 TF tensor, NVLink 2 300 GB/s)", ("v100-32g",)),
+    _gpu("rtx-3090", "NVIDIA GeForce RTX 3090", 24268, 936, 71, None, PCIE4, "sm86",
+         f"{_T}; CUDA total 23.58 GiB from a vLLM log (vllm#10517)", ("3090",), cuda_total_gib=23.58),
+    _gpu("rtx-4090", "NVIDIA GeForce RTX 4090", 24564, 1008, 165.2, 330.3, PCIE4, "sm89", _T, ("4090",)),
+    _gpu("rtx-5090", "NVIDIA GeForce RTX 5090", 32607, 1792, 209.5, 419, PCIE5, "sm120", _T, ("5090",)),
+    _gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell", 97887, 1792, 503.8, 1007.6, PCIE5, "sm120", _T,
+         ("rtx-pro-6000-blackwell", "pro6000")),
+    _gpu("b200", "NVIDIA B200", 183359, 8000, 2250, 4500, NVL5, "sm100", _T),
+    _gpu("b300", "NVIDIA B300", 275040, 8000, 2500, 5000, NVL5, "sm103",
+         "NVIDIA Blackwell Ultra (288 GB HBM3e, 8 TB/s) [estimated driver total 275040 MiB]"),
+    _gpu("gb200", "NVIDIA GB200", 189471, 8000, 2500, 5000, NVL5_72, "sm100", _T),
+    _gpu("mi300x", "AMD Instinct MI300X", 196304, 5300, 1307.4, 2614.9, XGMI, "gfx942",
+         f"{_T} (rocm-smi 205822885888 B)", vendor="amd", cuda_total_gib=191.69),
+    _gpu("mi325x", "AMD Instinct MI325X", 261856, 6000, 1307.4, 2614.9, XGMI, "gfx942",
+         f"{_T} (total estimated ≈255.7 GiB)", vendor="amd"),
+    _gpu("mi355x", "AMD Instinct MI355X", 294896, 8000, 2500, 5000, XGMI, "gfx950",
+         "AMD MI355X (288 GB HBM3E, 8 TB/s) [estimated driver total]; ~283.6 GB free at load in shared/logs",
+         vendor="amd"),
+)
+
+_BY_KEY = {g.key: g for g in GPUS} | {a: g for g in GPUS for a in g.aliases}
+
+
+def gpu_names() -> list[str]:
+    return [g.key for g in GPUS]
+
+
+def get_gpu(key: str | None, memory_mib: int | None = None) -> GPU:
+    """Look up a GPU by key/alias, or build a generic one from ``--gpu-memory-mib``."""
+    if key is None and memory_mib is None:
+        raise FlagError("no GPU given", field="--gpu", fix=f"pass --gpu one of {', '.join(gpu_names())} or --gpu-memory-mib N")
+    if key is not None:
+        g = _BY_KEY.get(key.strip().lower().replace("_", "-").replace(" ", "-"))
+        if g is None:
+            raise FlagError(f"unknown GPU {key!r}", field="--gpu",
+                            fix=f"use one of {', '.join(gpu_names())}, or --gpu-memory-mib N")
+        if memory_mib is not None:
+            g = replace(g, memory_mib=memory_mib, cuda_total_bytes=memory_mib * MiB - _DRIVER_RESERVED_BYTES_EST,
+                        cuda_total_estimated=True)
+        return g
+    if memory_mib is None or memory_mib <= 0:
+        raise FlagError("--gpu-memory-mib must be a positive integer", field="--gpu-memory-mib", fix="e.g. 81559")
+    return _gpu("custom", f"custom GPU ({memory_mib} MiB)", memory_mib, 1000, 300, None, PCIE4, "unknown",
+                "user --gpu-memory-mib; bandwidth/compute unknown (placeholders)")

@@ -1,0 +1,423 @@
+"""ModelSpec: one normalised, frozen view of a Hugging Face ``config.json``.
+
+The formulas never touch the raw dict. ``ModelSpec.from_hf_config`` resolves, once:
+nested ``text_config`` (multimodal wrappers), missing ``num_key_value_heads``, explicit
+``head_dim``, MLA ranks, the DSA indexer, per-layer attention kinds (``layer_types``,
+``sliding_window_pattern``, Llama 4 chunked layers, Qwen3-Next / Nemotron-H hybrid patterns),
+linear-attention / mamba state shapes, MoE layout, MTP layers, the vision tower and quantization.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from .quant import QuantSpec, quant_from_config
+
+# Layer kinds (per decoder layer).
+FULL = "full_attention"
+SLIDING = "sliding_attention"  # incl. Llama 4 chunked attention (window = attention_chunk_size)
+LINEAR = "linear_attention"  # gated delta net (Qwen3-Next) / other linear attention
+MAMBA = "mamba"  # Mamba2 (Nemotron-H, Falcon-H1)
+NO_ATTENTION = "none"  # an MLP-only layer of a hybrid stack (Nemotron-H '-', 'E')
+KV_KINDS = (FULL, SLIDING)
+
+DTYPE_BYTES = {
+    "float32": 4, "float": 4, "fp32": 4,
+    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+}
+
+# model_type values we know how to read; anything else falls back to a generic decoder (warned).
+KNOWN_MODEL_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
+    "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k25", "glm4_moe", "glm_moe_dsa",
+    "gpt_oss", "gemma", "gemma2", "gemma3", "gemma3_text", "llama4", "llama4_text", "phi3", "phi",
+    "minimax_m2", "nemotron_h", "falcon_h1", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
+    "mistral3", "pixtral", "glm4", "cohere", "starcoder2", "olmo2", "ernie4_5", "ernie4_5_moe",
+    "qwen3_5", "qwen3_5_moe", "kimi_linear", "nemotron", "granite", "exaone",
+})
+MLA_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa", "kimi_linear"})
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    num_experts: int  # routed experts
+    num_experts_per_tok: int
+    moe_intermediate_size: int  # per routed expert
+    shared_intermediate_size: int = 0  # total width of the shared expert(s); 0 when none
+    has_gate_bias: bool = False
+
+
+@dataclass(frozen=True)
+class MambaSpec:
+    """Recurrent state of one linear-attention / mamba layer (before TP sharding).
+
+    Mamba2: conv state (conv_dim, conv_kernel-1) with conv_dim = intermediate + 2*n_groups*state_size,
+    SSM state (num_heads, head_dim, state_size).
+    Gated delta net (Qwen3-Next): conv_dim = 2*key_heads*key_dim + value_heads*value_dim,
+    SSM state (value_heads, key_dim, value_dim).
+    """
+
+    kind: str  # "mamba2" | "gdn"
+    conv_dim: int
+    conv_kernel: int
+    num_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int = 1
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    num_layers: int
+    hidden_size: int
+    intermediate_size: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    model_type: str
+    architectures: tuple[str, ...]
+    hidden_size: int
+    num_hidden_layers: int  # decoder layers, MTP layers excluded
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int  # K head dim (qk_nope + qk_rope for MLA)
+    v_head_dim: int
+    vocab_size: int
+    intermediate_size: int  # dense MLP width
+    max_position_embeddings: int
+    dtype: str  # torch dtype name of the weights/activations ("bfloat16")
+    tie_word_embeddings: bool
+    attention: str  # "mha" (incl. GQA/MQA) | "mla"
+    layer_types: tuple[str, ...]  # one per decoder layer
+    ffn_types: tuple[str, ...]  # "dense" | "moe" | "none", one per decoder layer
+    sliding_window: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    q_lora_rank: int | None = None
+    index_head_dim: int | None = None  # DSA indexer (DeepSeek V3.2, GLM-5)
+    index_n_heads: int | None = None
+    index_topk: int | None = None
+    moe: MoESpec | None = None
+    mamba: MambaSpec | None = None
+    num_nextn_predict_layers: int = 0  # MTP layers in the checkpoint
+    vision: VisionSpec | None = None
+    quant: QuantSpec = field(default_factory=QuantSpec)
+    assumed: tuple[str, ...] = ()  # fields we had to assume (unknown model_type, missing keys)
+
+    # --- derived counts -------------------------------------------------------------------
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def has_dsa_indexer(self) -> bool:
+        return self.index_head_dim is not None
+
+    @property
+    def is_multimodal(self) -> bool:
+        return self.vision is not None
+
+    @property
+    def is_hybrid_swa(self) -> bool:
+        return SLIDING in self.layer_types and FULL in self.layer_types
+
+    @property
+    def is_mambaish(self) -> bool:
+        return self.mamba is not None
+
+    @property
+    def num_kv_layers(self) -> int:
+        """Layers that keep a per-token KV cache (full + sliding attention)."""
+        return sum(1 for t in self.layer_types if t in KV_KINDS)
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        return self.layer_types.count(FULL)
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return self.layer_types.count(SLIDING)
+
+    @property
+    def num_state_layers(self) -> int:
+        return sum(1 for t in self.layer_types if t in (LINEAR, MAMBA))
+
+    @property
+    def full_attention_layer_ids(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.layer_types) if t == FULL)
+
+    @property
+    def mla_kv_dim(self) -> int:
+        """kv_lora_rank + qk_rope_head_dim (576 for DeepSeek-V3/Kimi K2)."""
+        assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def context_len(self) -> int:
+        return self.max_position_embeddings
+
+    @classmethod
+    def from_hf_config(cls, config: Mapping[str, Any], name: str | None = None,
+                       hf_quant_config: Mapping[str, Any] | None = None) -> "ModelSpec":
+        return spec_from_hf_config(config, name, hf_quant_config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _int(cfg: Mapping[str, Any], key: str, *, required: bool = True, default: int | None = None) -> int | None:
+    v = cfg.get(key, None)
+    if v is None:
+        if required and default is None:
+            raise ConfigError(f"config.json has no '{key}'", field=key,
+                              fix="pass a complete Hugging Face config.json")
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 0:
+        raise ConfigError(f"'{key}' must be a non-negative integer, got {v!r}", field=key,
+                          fix="fix the value in config.json")
+    return int(v)
+
+
+def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return None
+
+
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    for key in ("text_config", "llm_config", "language_config"):
+        sub = config.get(key)
+        if isinstance(sub, Mapping) and sub:
+            return sub
+    return config
+
+
+def _dtype(config: Mapping[str, Any], text: Mapping[str, Any]) -> str:
+    raw = _first(text, "torch_dtype", "dtype") or _first(config, "torch_dtype", "dtype") or "bfloat16"
+    raw = str(raw).replace("torch.", "")
+    if raw not in DTYPE_BYTES:
+        raise ConfigError(f"unknown torch_dtype {raw!r}", field="torch_dtype",
+                          fix="use bfloat16, float16 or float32")
+    # Both engines serve float32 checkpoints in bfloat16 under --dtype auto
+    # (vllm/config/model.py _resolve_auto_dtype; sglang model_config.py _get_and_verify_dtype).
+    if DTYPE_BYTES[raw] == 4:
+        return "bfloat16"
+    return {"bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(raw, raw)
+
+
+def _layer_types(text: Mapping[str, Any], model_type: str, n: int) -> tuple[tuple[str, ...], int | None]:
+    """Per-layer attention kind and the sliding window (None when every layer is full)."""
+    window = text.get("sliding_window")
+    explicit = text.get("layer_types")
+    if isinstance(explicit, list) and explicit:
+        if len(explicit) < n:
+            raise ConfigError(f"layer_types has {len(explicit)} entries for {n} layers",
+                              field="layer_types", fix="give one entry per decoder layer")
+        mapping = {"full_attention": FULL, "sliding_attention": SLIDING, "chunked_attention": SLIDING,
+                   "linear_attention": LINEAR, "mamba": MAMBA, "attention": FULL}
+        kinds = tuple(mapping.get(str(t), FULL) for t in explicit[:n])
+        return kinds, (int(window) if SLIDING in kinds and window else None)
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:  # Nemotron-H: M mamba, * attention, - MLP, E MoE
+        kinds = tuple({"M": MAMBA, "*": FULL}.get(c, NO_ATTENTION) for c in pattern[:n])
+        return kinds, None
+    if model_type == "qwen3_next" or "full_attention_interval" in text:
+        k = int(text.get("full_attention_interval", 4))
+        return tuple(FULL if (i + 1) % k == 0 else LINEAR for i in range(n)), None
+    if model_type in ("llama4", "llama4_text") and text.get("attention_chunk_size"):
+        # Llama 4: no_rope_layers[i] == 0 marks a global (NoPE) layer; default every 4th layer.
+        nope = text.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
+        return tuple(SLIDING if nope[i] else FULL for i in range(n)), int(text["attention_chunk_size"])
+    if window and model_type == "gemma2":
+        return tuple(SLIDING if i % 2 == 0 else FULL for i in range(n)), int(window)
+    if window and model_type in ("gemma3", "gemma3_text"):
+        k = int(text.get("sliding_window_pattern", 6))
+        return tuple(FULL if (i + 1) % k == 0 else SLIDING for i in range(n)), int(window)
+    return tuple(FULL for _ in range(n)), None
+
+
+def _moe(text: Mapping[str, Any]) -> MoESpec | None:
+    num = _first(text, "n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts")
+    if not num:
+        return None
+    topk = _first(text, "num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k")
+    if not topk:
+        raise ConfigError("MoE config has no 'num_experts_per_tok'", field="num_experts_per_tok",
+                          fix="add the number of routed experts per token")
+    width = _first(text, "moe_intermediate_size", "expert_intermediate_size")
+    if width is None:
+        width = text.get("intermediate_size")  # Mixtral, GPT-OSS, Llama 4: experts use intermediate_size
+    shared = 0
+    if text.get("n_shared_experts"):
+        shared = int(text["n_shared_experts"]) * int(width)
+    elif text.get("shared_expert_intermediate_size"):
+        shared = int(text["shared_expert_intermediate_size"])
+    elif text.get("model_type") in ("llama4_text",):
+        shared = int(text.get("intermediate_size", width))
+    return MoESpec(
+        num_experts=int(num),
+        num_experts_per_tok=int(topk),
+        moe_intermediate_size=int(width),
+        shared_intermediate_size=shared,
+        has_gate_bias=text.get("topk_method") == "noaux_tc",
+    )
+
+
+def _ffn_types(text: Mapping[str, Any], moe: MoESpec | None, layer_types: tuple[str, ...]) -> tuple[str, ...]:
+    n = len(layer_types)
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return tuple({"-": "dense", "E": "moe"}.get(c, "none") for c in pattern[:n])
+    if moe is None:
+        return tuple("dense" for _ in range(n))
+    first_dense = int(text.get("first_k_dense_replace") or 0)
+    mlp_only = set(text.get("mlp_only_layers") or ())
+    step = int(_first(text, "interleave_moe_layer_step", "decoder_sparse_step", "moe_layer_freq") or 1)
+    out = []
+    for i in range(n):
+        # HF/SGLang: layer i is MoE when past the dense prefix and (i + 1) % step == 0.
+        is_moe = i >= first_dense and i not in mlp_only and (i + 1) % step == 0
+        out.append("moe" if is_moe else "dense")
+    return tuple(out)
+
+
+def _mamba(text: Mapping[str, Any], model_type: str) -> MambaSpec | None:
+    if text.get("linear_num_value_heads"):  # gated delta net (Qwen3-Next / Qwen3.5)
+        kh = int(text["linear_num_key_heads"])
+        vh = int(text["linear_num_value_heads"])
+        kd = int(text["linear_key_head_dim"])
+        vd = int(text["linear_value_head_dim"])
+        return MambaSpec(kind="gdn", conv_dim=2 * kh * kd + vh * vd,
+                         conv_kernel=int(text.get("linear_conv_kernel_dim", 4)),
+                         num_heads=vh, head_dim=kd, state_size=vd, n_groups=kh)
+    if model_type in ("nemotron_h", "falcon_h1") or text.get("mamba_num_heads") or text.get("mamba_n_heads"):
+        heads = int(_first(text, "mamba_num_heads", "mamba_n_heads"))
+        head_dim = int(_first(text, "mamba_head_dim", "mamba_d_head"))
+        state = int(_first(text, "ssm_state_size", "mamba_d_state"))
+        groups = int(_first(text, "n_groups", "mamba_n_groups") or 1)
+        intermediate = heads * head_dim
+        return MambaSpec(kind="mamba2", conv_dim=intermediate + 2 * groups * state,
+                         conv_kernel=int(_first(text, "conv_kernel", "mamba_d_conv") or 4),
+                         num_heads=heads, head_dim=head_dim, state_size=state, n_groups=groups)
+    return None
+
+
+def _vision(config: Mapping[str, Any]) -> VisionSpec | None:
+    vc = config.get("vision_config")
+    if not isinstance(vc, Mapping):
+        return None
+    # SGLang's VLM factor reads num_hidden_layers/hidden_size with defaults 24/1024
+    # (server_args.py adjust_mem_fraction_for_vlm); Kimi K2.5 names them vt_* (configs/kimi_k25.py).
+    layers = _first(vc, "num_hidden_layers", "vt_num_hidden_layers", "depth", "num_layers") or 24
+    hidden = _first(vc, "hidden_size", "vt_hidden_size", "embed_dim", "width") or 1024
+    inter = _first(vc, "intermediate_size", "vt_intermediate_size", "mlp_dim") or 4 * int(hidden)
+    return VisionSpec(num_layers=int(layers), hidden_size=int(hidden), intermediate_size=int(inter))
+
+
+def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
+                        hf_quant_config: Mapping[str, Any] | None = None) -> ModelSpec:
+    if not isinstance(config, Mapping):
+        raise ConfigError("config.json is not a JSON object", field="config.json",
+                          fix="pass a Hugging Face config.json")
+    text = _text_config(config)
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    assumed: list[str] = []
+    if not model_type:
+        raise ConfigError("config.json has no 'model_type'", field="model_type",
+                          fix="pass a Hugging Face config.json (it names its model_type)")
+    if model_type not in KNOWN_MODEL_TYPES:
+        assumed.append(f"unknown model_type {model_type!r}: read as a generic decoder "
+                       "(hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim)")
+    hidden = _int(text, "hidden_size")
+    layers = _int(text, "num_hidden_layers")
+    heads = _int(text, "num_attention_heads")
+    if hidden == 0 or layers == 0 or heads == 0:
+        raise ConfigError("hidden_size, num_hidden_layers and num_attention_heads must be > 0",
+                          field="num_attention_heads" if heads == 0 else "hidden_size",
+                          fix="fix config.json")
+    kv_heads = _int(text, "num_key_value_heads", required=False)
+    if kv_heads is None:
+        kv_heads = heads  # HF default: MHA
+        assumed.append("num_key_value_heads missing: assumed = num_attention_heads (MHA)")
+    if kv_heads == 0 or heads % kv_heads:
+        raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}",
+                          field="num_key_value_heads", fix="fix config.json")
+    is_mla = text.get("kv_lora_rank") is not None and model_type in MLA_MODEL_TYPES | {model_type} and (
+        text.get("qk_rope_head_dim") is not None)
+    if is_mla:
+        rope = _int(text, "qk_rope_head_dim")
+        nope = _int(text, "qk_nope_head_dim")
+        head_dim = nope + rope
+        v_head_dim = _int(text, "v_head_dim")
+    else:
+        explicit = text.get("head_dim") or text.get("attention_head_dim")
+        head_dim = int(explicit) if explicit else hidden // heads
+        v_head_dim = head_dim
+    window_types, window = _layer_types(text, model_type, layers)
+    moe = _moe(text)
+    ffn = _ffn_types(text, moe, window_types)
+    intermediate = _int(text, "intermediate_size", required=False)
+    if intermediate is None:
+        intermediate = _first(text, "intermediate_size_mlp", "ffn_hidden_size") or 4 * hidden
+        assumed.append(f"intermediate_size missing: assumed {intermediate}")
+    if model_type == "llama4_text" and text.get("intermediate_size_mlp"):
+        intermediate = int(text["intermediate_size_mlp"])  # dense layers of Llama 4 use the _mlp width
+    vocab = _int(text, "vocab_size", required=False) or _int(config, "vocab_size", required=False)
+    if not vocab:
+        raise ConfigError("config.json has no 'vocab_size'", field="vocab_size", fix="add vocab_size")
+    max_pos = _first(text, "max_position_embeddings", "max_sequence_length", "seq_length") or \
+        _first(config, "max_position_embeddings")
+    if not max_pos:
+        max_pos = 4096
+        assumed.append("max_position_embeddings missing: assumed 4096")
+    mtp = int(_first(text, "num_nextn_predict_layers", "num_mtp_modules") or 0)
+    tie = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    spec = ModelSpec(
+        name=name or str(config.get("_name_or_path") or model_type),
+        model_type=model_type,
+        architectures=tuple(config.get("architectures") or text.get("architectures") or ()),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=1 if is_mla else kv_heads,
+        head_dim=head_dim,
+        v_head_dim=v_head_dim,
+        vocab_size=int(vocab),
+        intermediate_size=int(intermediate),
+        max_position_embeddings=int(max_pos),
+        dtype=_dtype(config, text),
+        tie_word_embeddings=tie,
+        attention="mla" if is_mla else "mha",
+        layer_types=window_types,
+        ffn_types=ffn,
+        sliding_window=window,
+        kv_lora_rank=int(text["kv_lora_rank"]) if is_mla else None,
+        qk_rope_head_dim=int(text["qk_rope_head_dim"]) if is_mla else None,
+        qk_nope_head_dim=int(text["qk_nope_head_dim"]) if is_mla else None,
+        q_lora_rank=int(text["q_lora_rank"]) if is_mla and text.get("q_lora_rank") else None,
+        index_head_dim=int(text["index_head_dim"]) if text.get("index_head_dim") else None,
+        index_n_heads=int(text["index_n_heads"]) if text.get("index_n_heads") else None,
+        index_topk=int(text["index_topk"]) if text.get("index_topk") else None,
+        moe=moe,
+        mamba=_mamba(text, model_type),
+        num_nextn_predict_layers=mtp,
+        vision=_vision(config),
+        quant=quant_from_config(config, text, hf_quant_config),
+        assumed=tuple(assumed),
+    )
+    for note in assumed:
+        warnings.warn(f"kvscope: {spec.name}: {note}", stacklevel=2)
+    return spec
