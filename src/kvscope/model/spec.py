@@ -383,8 +383,11 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     if not max_pos:
         max_pos = 4096
         assumed.append("max_position_embeddings missing: assumed 4096")
-    mtp = int(_first(text, "num_nextn_predict_layers", "num_mtp_modules") or 0)
-    tie = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    # MiniMax-M2's num_mtp_modules are not in the released checkpoint (HF count 228.7B without them).
+    mtp = int(text.get("num_nextn_predict_layers") or 0)
+    # transformers' default tie_word_embeddings is True; Gemma configs rely on it.
+    tie_default = model_type.startswith("gemma")
+    tie = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", tie_default)))
     spec = ModelSpec(
         name=name or str(config.get("_name_or_path") or model_type),
         model_type=model_type,
