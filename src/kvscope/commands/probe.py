@@ -1,0 +1,112 @@
+"""``kvscope probe``: run an engine with the probe agent loaded, or read a running server.
+
+  kvscope probe --out run1/ -- python -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2
+  kvscope probe --out run2/ -- vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 4
+  kvscope probe --url http://127.0.0.1:30000 --out run3/
+
+Writes one JSONL file per probed process plus ``attachment.json`` and ``timeline.json`` into
+``--out``; ``kvscope doctor DIR`` reads the same directory. Exit status: the command's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from kvscope.errors import KvscopeError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "probe",
+        help="measure an engine start from inside its processes (no engine file modified)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the records")
+    p.add_argument("--url", help="read a running server (SGLang /server_info, vLLM /metrics)")
+    p.add_argument("--stop-after-startup", action="store_true",
+                   help="stop the command once startup has ended and records have settled")
+    p.add_argument("--settle", type=float, default=5.0, metavar="S",
+                   help="seconds without new records before --stop-after-startup stops (5)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="stop the command after S seconds")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 3 when a required hook target was not found")
+    p.add_argument("--json", action="store_true", help="print the timeline as JSON")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kvscope.probe.live import read_live, write_live
+    from kvscope.probe.records import attachment_report, load_probe_dir, render_attachment
+    from kvscope.probe.runner import prepare_out_dir, run_under_probe
+    from kvscope.probe.timeline import timeline_from_probe_dir
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if args.url and cmd:
+        raise KvscopeError("give either --url or a command, not both", field="--url")
+    if args.url:
+        write_live(args.out, read_live(args.url))
+        rc = 0
+    else:
+        if not cmd:
+            raise KvscopeError("no command given", field="CMD",
+                               fix="kvscope probe --out DIR -- python -m sglang.launch_server ...")
+        prepare_out_dir(args.out)
+        result = run_under_probe(cmd, args.out, stop_after_startup=args.stop_after_startup,
+                                 settle_s=args.settle, timeout_s=args.timeout)
+        rc = 0 if result.stopped_after_startup and not args.timeout else result.returncode
+    report = attachment_report(load_probe_dir(args.out))
+    timeline = timeline_from_probe_dir(args.out)
+    _dump(os.path.join(args.out, "attachment.json"), report.to_dict())
+    _dump(os.path.join(args.out, "timeline.json"), timeline.to_dict())
+    if args.json:
+        print(json.dumps(timeline.to_dict(), indent=2, default=str))
+    else:
+        if not args.url:
+            print(render_attachment(report), file=sys.stderr)
+        print(render_timeline(timeline))
+    if args.strict and not args.url and not report.ok and rc == 0:
+        return 3
+    return rc
+
+
+def _dump(path: str, data: Any) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, default=str)
+
+
+def render_timeline(tl: Any) -> str:
+    from kvscope.units import fmt_gib
+
+    lines = [f"{tl.engine} {tl.engine_version or ''} — measured by probe".replace("  ", " ")]
+    if tl.kv_cache_tokens is not None:
+        lines.append(f"  KV cache tokens: {tl.kv_cache_tokens}")
+    if tl.error:
+        lines.append(f"  error: {tl.error}")
+    for r in tl.ranks:
+        lines.append(f"  rank {r.rank} ({r.decision.get('rank_label', '')}):")
+        for ph in r.phases:
+            def g(b: int | None) -> str:
+                return "?" if b is None else fmt_gib(b)
+            used = "" if ph.used_bytes is None else f", used {fmt_gib(ph.used_bytes)}"
+            lines.append(f"    {ph.name:<20} free {g(ph.free_bytes_before)} -> "
+                         f"{g(ph.free_bytes_after)}{used}")
+        keys = ("pre_model_load_memory_gib", "available_gpu_memory_gib", "mem_fraction_static",
+                "slack_bytes", "available_bytes", "cell_size_bytes", "max_total_num_tokens",
+                "max_running_requests", "init_free_bytes", "requested_memory_bytes",
+                "non_kv_cache_memory_bytes", "available_kv_cache_memory_bytes",
+                "num_gpu_blocks", "error")
+        shown = [f"{k}={r.decision[k]}" for k in keys if r.decision.get(k) is not None]
+        if shown:
+            lines.append("    decision: " + ", ".join(shown))
+    for w in tl.warnings:
+        lines.append(f"  warning: {w}")
+    return "\n".join(lines)
