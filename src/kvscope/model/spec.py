@@ -75,6 +75,10 @@ class VisionSpec:
     num_layers: int
     hidden_size: int
     intermediate_size: int
+    # What SGLang's VLM factor reads: getattr(vision_config, "num_hidden_layers", 24) and
+    # getattr(..., "hidden_size", 1024) (server_args.py adjust_mem_fraction_for_vlm @ v0.5.9).
+    sglang_num_layers: int = 24
+    sglang_hidden_size: int = 1024
 
 
 @dataclass(frozen=True)
@@ -324,7 +328,11 @@ def _vision(config: Mapping[str, Any]) -> VisionSpec | None:
     layers = _first(vc, "num_hidden_layers", "vt_num_hidden_layers", "depth", "num_layers") or 24
     hidden = _first(vc, "hidden_size", "vt_hidden_size", "embed_dim", "width") or 1024
     inter = _first(vc, "intermediate_size", "vt_intermediate_size", "mlp_dim") or 4 * int(hidden)
-    return VisionSpec(num_layers=int(layers), hidden_size=int(hidden), intermediate_size=int(inter))
+    # Kimi K2.5's config class exposes vt_* as num_hidden_layers/hidden_size (configs/kimi_k25.py @ v0.5.9).
+    sg_layers = _first(vc, "num_hidden_layers", "vt_num_hidden_layers") or 24
+    sg_hidden = _first(vc, "hidden_size", "vt_hidden_size") or 1024
+    return VisionSpec(num_layers=int(layers), hidden_size=int(hidden), intermediate_size=int(inter),
+                      sglang_num_layers=int(sg_layers), sglang_hidden_size=int(sg_hidden))
 
 
 def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,

@@ -44,6 +44,7 @@ class WeightsEstimate:
     groups: tuple[TensorGroup, ...]
     estimated: bool
     source: str
+    per_stage_bytes: tuple[int, ...] = ()  # one TP rank's share, per PP stage
 
     def bytes_of(self, name: str) -> int:
         return sum(g.bytes for g in self.groups if g.name == name)
@@ -211,7 +212,7 @@ def weights_per_rank(s: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, att
     attn_tp = attn_tp or tp
     groups = tensor_groups(s, include_mtp=include_mtp, include_vision=include_vision)
     total = sum(g.bytes for g in groups)
-    worst = 0
+    stages = []
     for stage in range(pp):
         lo, hi = pp_layer_range(s.num_hidden_layers, stage, pp)
         share = 0
@@ -227,6 +228,7 @@ def weights_per_rank(s: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, att
             if g.layer is None and g.name == "norm" and stage != pp - 1:
                 continue
             share += _shard_bytes(g, s, tp, attn_tp)
-        worst = max(worst, share)
-    return WeightsEstimate(total_bytes=total, per_rank_bytes=worst, groups=groups, estimated=True,
-                           source="estimated from config.json (parameter shapes x quantization)")
+        stages.append(share)
+    return WeightsEstimate(total_bytes=total, per_rank_bytes=max(stages), groups=groups, estimated=True,
+                           source="estimated from config.json (parameter shapes x quantization)",
+                           per_stage_bytes=tuple(stages))

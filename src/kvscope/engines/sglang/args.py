@@ -1,0 +1,253 @@
+"""SGLang's version-aware defaults: mem_fraction_static, chunked_prefill_size, CUDA-graph max bs.
+
+Mirrors ``ServerArgs._handle_gpu_memory_settings`` (python/sglang/srt/server_args.py) up to
+v0.5.18 and ``arg_groups/memory_hook.py::handle_gpu_memory_settings`` from v0.5.20 (read from the
+released wheels v0.4.6.post5, 0.5.6, 0.5.9-0.5.15, 0.5.18, 0.5.20, 0.5.23). Eras:
+
+* ``< 0.4.10``   fixed table by tp*pp (0.79..0.88), large-GPU bump (server_args.py @ v0.4.6.post5).
+* ``0.4.10-0.5.2`` reserved GiB per GPU bucket (server_args.py @ v0.4.10.post2).
+* ``0.5.3-0.5.9``  ``512 + chunk*1.5 + max_bs*2 + tp*pp/8*1024`` MiB, DP terms, opt-in piecewise
+  graph ``+8*len(tokens)``, 10 GiB floor above 60 GiB, +2 GiB (EAGLE) / +6 GiB (STANDALONE).
+* ``0.5.10-0.5.13`` piecewise graph on by default (MLA: flat 1.5 GiB), speculative +4 GiB / +6 GiB.
+* ``0.5.14-``     speculative reserve removed (the draft is budgeted in the profile).
+* ``0.5.20-``     35 GiB bucket becomes 4096 / 48|160; fallback without a GPU size 0.95;
+  MLA prefill-graph max_bs ``min(8192, chunk)``; DeepEP +2 GiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from packaging.version import InvalidVersion, Version
+
+from ...errors import FlagError
+
+LATEST = "0.5.23"
+KNOWN_VERSIONS = (
+    "0.4.6.post5", "0.4.10.post2", "0.5.3", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11",
+    "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.18", "0.5.20", "0.5.23",
+)
+
+
+@lru_cache(maxsize=64)
+def parse_version(text: str | None) -> Version:
+    if text is None or text in ("", "latest"):
+        return Version(LATEST)
+    try:
+        v = Version(text.lstrip("v"))
+    except InvalidVersion:
+        raise FlagError(f"not a version: {text!r}", field="--engine-version",
+                        fix=f"use e.g. {LATEST} (known: {', '.join(KNOWN_VERSIONS)})") from None
+    if v < Version("0.4.0"):
+        raise FlagError(f"SGLang {text} is older than any version kvscope models", field="--engine-version",
+                        fix=f"use a version from 0.4.6 to {LATEST}")
+    return v
+
+
+def at_least(v: Version, text: str) -> bool:
+    return v >= Version(text)
+
+
+@dataclass(frozen=True)
+class SGLangArgs:
+    """The subset of ``ServerArgs`` that sizing depends on (user values; None = engine default)."""
+
+    tp_size: int = 1
+    pp_size: int = 1
+    dp_size: int = 1
+    ep_size: int = 1
+    enable_dp_attention: bool = False
+    mem_fraction_static: float | None = None
+    context_length: int | None = None
+    kv_cache_dtype: str = "auto"
+    page_size: int | None = None
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int = 16384
+    cuda_graph_max_bs: int | None = None
+    disable_cuda_graph: bool = False
+    disable_piecewise_cuda_graph: bool = False  # 0.5.10+: --disable-piecewise-cuda-graph
+    enable_piecewise_cuda_graph: bool = False  # 0.5.3-0.5.9: --enable-piecewise-cuda-graph
+    speculative_algorithm: str | None = None  # EAGLE | EAGLE3 | NEXTN | STANDALONE | NGRAM
+    speculative_draft_model_path: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    moe_a2a_backend: str = "none"  # "deepep" adds DeepEP reserve
+    disable_radix_cache: bool = False
+    language_only: bool = False
+
+    @property
+    def attn_dp_size(self) -> int:
+        return self.dp_size if self.enable_dp_attention else 1
+
+    @property
+    def attn_tp_size(self) -> int:
+        return self.tp_size // self.attn_dp_size
+
+
+@dataclass(frozen=True)
+class ResolvedDefaults:
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    mem_fraction_static: float
+    mem_fraction_static_source: str  # "user" | "default"
+    reserved_mem_mib: float | None  # the default formula's reserve (None when the user set the fraction)
+    prefill_graph_tokens: int  # entries in the prefill / piecewise graph capture list (0: disabled)
+    vlm_factor: float | None  # multiplier applied for multimodal models (None: not applied)
+
+
+def gpu_bucket_defaults(v: Version, gpu_mem_mib: float | None, tp_size: int) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda_graph_max_bs) by GPU capacity (MiB) — the if/elif ladder of
+    ``_handle_gpu_memory_settings`` (server_args.py @ v0.5.9) / ``memory_hook.py @ v0.5.23``."""
+    small = tp_size < 4
+    if gpu_mem_mib is None:
+        return 4096, 160
+    if gpu_mem_mib < 20 * 1024:
+        return 2048, 8
+    if gpu_mem_mib < 35 * 1024:
+        if at_least(v, "0.5.20"):  # memory_hook.py @ v0.5.23: 32 GB Blackwell holds bs 48
+            return 4096, 48 if small else 160
+        return 2048, 24 if small else 80
+    if gpu_mem_mib < 60 * 1024:
+        return 4096, 32 if small else 160
+    if gpu_mem_mib < 160 * 1024:
+        return 8192, 256 if small else 512
+    return 16384, 512
+
+
+def capture_token_sizes(max_tokens: int) -> list[int]:
+    """``_generate_piecewise_cuda_graph_tokens`` (server_args.py @ v0.5.9) =
+    ``generate_prefill_cuda_graph_batch_sizes`` (arg_groups/cuda_graph_hook.py @ v0.5.23)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1024 + 1, 64)) + list(range(1280, 4096 + 1, 256))
+             + list(range(4608, max_tokens + 1, 512)))
+    return [s for s in sizes if s <= max_tokens]
+
+
+def decode_capture_bs(max_bs: int, speculative: bool) -> list[int]:
+    """``generate_decode_cuda_graph_batch_sizes`` (arg_groups/cuda_graph_hook.py @ v0.5.23)."""
+    if not speculative:
+        bs = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+    else:
+        bs = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+              + list(range(272, max_bs + 1, 16)))
+    bs = [b for b in bs if b <= max_bs]
+    if max_bs not in bs:
+        bs.append(max_bs)
+    return bs
+
+
+def _prefill_graph_tokens(v: Version, a: SGLangArgs, chunk: int, is_mla: bool, is_multimodal: bool,
+                          is_amd: bool) -> int:
+    """Entries of the prefill (piecewise) graph capture list; 0 when that graph is off."""
+    if at_least(v, "0.5.14"):
+        # 0.5.14+: prefill CUDA graph; breakable by default on CUDA, disabled elsewhere and for PP
+        # (model_executor/cuda_graph_config.py::default_prefill_backend, cuda_graph_hook.py @ v0.5.23).
+        enabled = not a.disable_piecewise_cuda_graph and not is_amd and a.pp_size == 1
+    elif at_least(v, "0.5.10"):
+        # _handle_piecewise_cuda_graph (server_args.py @ v0.5.13): on unless auto-disabled.
+        enabled = not (a.disable_piecewise_cuda_graph or a.enable_dp_attention or a.pp_size > 1 or is_amd
+                       or a.moe_a2a_backend != "none" or is_multimodal)
+    else:
+        enabled = a.enable_piecewise_cuda_graph
+    if not enabled:
+        return 0
+    if is_mla:
+        max_tokens = min(8192, chunk) if at_least(v, "0.5.20") else 2048
+    else:
+        max_tokens = chunk
+    if a.max_total_tokens is not None and at_least(v, "0.5.10"):
+        max_tokens = min(max_tokens, a.max_total_tokens)
+    if a.context_length is not None and at_least(v, "0.5.10"):
+        max_tokens = min(max_tokens, a.context_length)
+    return len(capture_token_sizes(max_tokens))
+
+
+def vlm_factor(vit_num_layers: int, vit_hidden_size: int) -> float:
+    """``adjust_mem_fraction_for_vlm`` (server_args.py @ v0.5.9, memory_hook.py @ v0.5.23):
+    0.95 x clip(1 - 0.1 (L h^2 / (24 * 1024^2) - 1), 0.8, 1.05)."""
+    ratio = vit_num_layers * vit_hidden_size ** 2 / (24 * 1024 ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
+def _legacy_fraction(v: Version, gpu_mem_mib: float | None, parallel_size: int) -> float:
+    """v0.4.6.post5 (server_args.py l.246-268) and v0.4.10.post2 (l.310-351)."""
+    if not at_least(v, "0.4.10"):
+        if gpu_mem_mib is not None and gpu_mem_mib > 81920:
+            mfs = 0.88
+            if gpu_mem_mib > 96 * 1024:
+                mfs = min(mfs + 48 * 1024 * (1 - mfs) / gpu_mem_mib, (gpu_mem_mib - 18 * 1024) / gpu_mem_mib)
+            return mfs
+        for threshold, mfs in ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87)):
+            if parallel_size >= threshold:
+                return mfs
+        return 0.88
+    if gpu_mem_mib is None:
+        return 0.88
+    gb = gpu_mem_mib / 1024
+    if gb < 35:
+        reserved = 2.8 + parallel_size / 10
+    elif gb < 90:
+        reserved = 9.5 + parallel_size / 2
+    elif gb < 160:
+        reserved = 12 + parallel_size / 2
+    else:
+        reserved = 32
+    return round((gb - reserved) / gb, 3)
+
+
+def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float | None, *, is_mla: bool = False,
+                     is_multimodal: bool = False, vit_num_layers: int = 24, vit_hidden_size: int = 1024,
+                     is_amd: bool = False) -> ResolvedDefaults:
+    """chunked_prefill_size, decode cuda_graph_max_bs and mem_fraction_static as SGLang resolves them."""
+    v = version if isinstance(version, Version) else parse_version(version)
+    chunk_d, bs_d = gpu_bucket_defaults(v, gpu_mem_mib, a.tp_size)
+    chunk = a.chunked_prefill_size if a.chunked_prefill_size is not None else chunk_d
+    max_bs_default = a.cuda_graph_max_bs is None
+    max_bs = a.cuda_graph_max_bs if a.cuda_graph_max_bs is not None else bs_d
+    if (at_least(v, "0.5.20") and max_bs_default and a.max_running_requests is not None
+            and max_bs > a.max_running_requests):
+        max_bs = a.max_running_requests  # memory_hook.py @ v0.5.23: clamp a defaulted max_bs
+    prefill_tokens = _prefill_graph_tokens(v, a, chunk, is_mla, is_multimodal, is_amd)
+    if a.mem_fraction_static is not None:
+        return ResolvedDefaults(chunk, max_bs, a.mem_fraction_static, "user", None, prefill_tokens, None)
+    spec = (a.speculative_algorithm or "").upper() or None
+    if not at_least(v, "0.5.3"):
+        mfs = _legacy_fraction(v, gpu_mem_mib, a.tp_size * a.pp_size)
+        if spec and at_least(v, "0.4.10") and gpu_mem_mib is not None:
+            mfs = round((gpu_mem_mib / 1024 * mfs - 2) / (gpu_mem_mib / 1024), 3)  # +2 GiB for spec
+        factor = None
+        return ResolvedDefaults(chunk, max_bs, mfs, "default", None, prefill_tokens, factor)
+    activation_tokens = max(chunk, 2048) if chunk > 0 else max(a.max_prefill_tokens, 2048)
+    reserved = 512 + activation_tokens * 1.5
+    reserved += a.tp_size * a.pp_size / 8 * 1024
+    if not a.disable_cuda_graph:
+        reserved += max_bs * 2
+    if a.enable_dp_attention:
+        reserved += max_bs * a.dp_size * 3
+        if max_bs > 300:
+            reserved += max_bs * a.dp_size * 1.5
+    if prefill_tokens:
+        if is_mla and at_least(v, "0.5.10"):
+            reserved += 1.5 * 1024
+        else:
+            reserved += prefill_tokens * 8
+    if gpu_mem_mib is not None and gpu_mem_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if at_least(v, "0.5.18") and a.moe_a2a_backend == "deepep" and not a.disable_cuda_graph:
+        reserved += 2 * 1024
+    if spec and not at_least(v, "0.5.14"):
+        if spec == "STANDALONE":
+            reserved += 6 * 1024
+        elif spec != "NGRAM":
+            reserved += (4 if at_least(v, "0.5.10") else 2) * 1024
+    fallback = 0.95 if at_least(v, "0.5.20") else 0.88
+    mfs = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3) if gpu_mem_mib is not None else fallback
+    factor = None
+    if is_multimodal and not a.language_only:
+        factor = vlm_factor(vit_num_layers, vit_hidden_size)
+        mfs = mfs * factor  # not re-rounded
+    return ResolvedDefaults(chunk, max_bs, mfs, "default", reserved, prefill_tokens, factor)

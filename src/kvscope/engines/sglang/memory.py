@@ -1,0 +1,346 @@
+"""SGLang's KV-cache sizing: cell size, the profile formula, page rounding, request limits, errors.
+
+Pure functions, version by version. Sources (released wheels):
+``model_executor/model_runner.py`` (<=0.5.6), ``model_executor/model_runner_kv_cache_mixin.py``
+(0.5.7-0.5.17), ``model_executor/pool_configurator.py`` (0.5.11+),
+``mem_cache/kv_cache_configurator.py`` (0.5.18+), ``utils/common.py::get_available_gpu_memory``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+from packaging.version import Version
+
+from ...errors import FlagError
+from ...model.spec import ModelSpec
+from .args import at_least
+
+GIB = 1 << 30
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring
+
+
+def available_gib(free_bytes: Sequence[int], distributed: bool) -> float:
+    """``get_available_gpu_memory`` (utils/common.py @ v0.5.23): MIN over ranks of device free
+    bytes, all-reduced as a float32 tensor when distributed, returned as bytes / 2**30."""
+    free = min(free_bytes)
+    if distributed:
+        free = struct.unpack("f", struct.pack("f", float(free)))[0]
+    return free / (1 << 30)
+
+
+# --------------------------------------------------------------------------------------------
+# KV dtype and cell size
+
+KV_DTYPES = {
+    "auto": None, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "fp8": 1, "mxfp8": 1, "fp4_e2m1": 1, "nvfp4": 1, "fp4_mx_block16": 1, "float32": 4,
+}
+
+
+def kv_cache_dtype(spec: ModelSpec, kv_cache_dtype_flag: str) -> tuple[str, int]:
+    """(dtype name, element bytes) — ``configure_kv_cache_dtype`` (mem_cache/kv_cache_dtype.py @ v0.5.23):
+    ``auto`` is the model dtype unless the checkpoint's quant config declares an FP8 KV cache."""
+    flag = kv_cache_dtype_flag.lower()
+    if flag not in KV_DTYPES:
+        raise FlagError(f"unknown --kv-cache-dtype {kv_cache_dtype_flag!r}", field="--kv-cache-dtype",
+                        fix="use auto, bf16, fp8_e4m3, fp8_e5m2, mxfp8 or nvfp4")
+    if flag == "auto":
+        if (spec.quant.kv_cache_quant_algo or "").upper() == "FP8":
+            return "float8_e4m3fn", 1
+        return spec.dtype, spec.dtype_bytes
+    names = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2", "fp8": "float8_e4m3fn",
+             "mxfp8": "mxfp8", "fp4_e2m1": "float4_e2m1fn_x2", "nvfp4": "float4_e2m1fn_x2",
+             "fp4_mx_block16": "float4_e2m1fn_x2", "bf16": "bfloat16", "fp16": "float16"}
+    return names.get(flag, flag), KV_DTYPES[flag]
+
+
+@dataclass(frozen=True)
+class CellSize:
+    """Bytes per token of ``max_total_num_tokens`` on one rank, and its parts."""
+
+    cell_bytes: int  # what the profile divides by (for SWA: F*n_full + S*n_swa; see swa_*)
+    full_layer_bytes: int  # per token per full-attention layer (incl. DSA indexer)
+    num_full_layers: int
+    swa_layer_bytes: int = 0
+    num_swa_layers: int = 0
+    draft_bytes: int = 0  # EAGLE/MTP draft KV share added to the target cell (>=0.5.14)
+    formula: str = ""
+
+
+def _per_layer_bytes(spec: ModelSpec, v: Version, attn_tp: int, e: int, kv_flag: str) -> tuple[int, str]:
+    """Bytes per token per attention layer on one rank."""
+    if spec.is_mla:
+        if spec.has_dsa_indexer and e == 1:
+            # NSA/DSA fp8 latent: kv_lora + kv_lora//128*4 (scales) + rope*2 (bf16 rope) — memory_pool.py @ v0.5.23
+            dim = spec.kv_lora_rank + spec.kv_lora_rank // 128 * 4 + spec.qk_rope_head_dim * 2
+            lat = dim
+        else:
+            dim = spec.mla_kv_dim
+            lat = dim * e
+        idx = 0
+        if spec.has_dsa_indexer:
+            idx = spec.index_head_dim + spec.index_head_dim // 128 * 4  # uint8 K + fp32 scale per 128
+        text = f"MLA ({spec.kv_lora_rank}+{spec.qk_rope_head_dim}) x {e} B, replicated on every rank"
+        if idx:
+            text += f" + DSA indexer {idx} B"
+        if kv_flag in ("fp4_e2m1", "nvfp4", "fp4_mx_block16"):
+            lat = dim // 2 + (dim // 16) * 1
+        return lat + idx, text
+    n = max(1, spec.num_key_value_heads // attn_tp)
+    if not at_least(v, "0.4.10"):
+        per = n * spec.head_dim * 2 * e  # v0.4.6 assumed v_head_dim == head_dim
+    else:
+        per = n * (spec.head_dim + spec.v_head_dim) * e
+    if kv_flag == "mxfp8":
+        per += n * (spec.head_dim + spec.v_head_dim) // 32
+    elif kv_flag in ("fp4_e2m1", "nvfp4", "fp4_mx_block16"):
+        per = per // 2 + n * spec.head_dim * 2 * e // 16
+    text = f"{n} KV head(s)/rank x ({spec.head_dim}+{spec.v_head_dim}) x {e} B"
+    return per, text
+
+
+def cell_size(spec: ModelSpec, v: Version, *, attn_tp: int, kv_bytes: int, kv_flag: str = "auto",
+              layer_ids: Sequence[int] | None = None, draft_layers: int = 0, draft_spec: ModelSpec | None = None,
+              draft_in_budget: bool = False) -> CellSize:
+    """``get_cell_size_per_token`` (model_runner_kv_cache_mixin.py @ v0.5.9) /
+    ``DefaultPoolConfigurator._compute_cell_size`` + ``HybridSWAPoolConfigurator`` (pool_configurator.py @ v0.5.23).
+
+    ``layer_ids``: this PP stage's decoder layers. Linear-attention/mamba layers hold no KV.
+    ``draft_in_budget`` (>=0.5.14, EAGLE/MTP): ``draft_kv = int(cell * draft_layers / num_layers)``
+    is added — the code assumes the draft shares the target's per-layer KV size.
+    """
+    ids = range(spec.num_hidden_layers) if layer_ids is None else layer_ids
+    kinds = [spec.layer_types[i] for i in ids]
+    n_full = sum(1 for k in kinds if k == "full_attention")
+    n_swa = sum(1 for k in kinds if k == "sliding_attention")
+    per, text = _per_layer_bytes(spec, v, attn_tp, kv_bytes, kv_flag)
+    full = per * n_full
+    swa = per * n_swa
+    cell = full + swa
+    draft = 0
+    if draft_in_budget and draft_layers and (n_full + n_swa):
+        draft = int(cell * draft_layers / int(n_full + n_swa))
+        cell += draft
+    formula = f"{text} x {n_full + n_swa} layers" + (f" + draft {draft} B" if draft else "")
+    return CellSize(cell_bytes=cell, full_layer_bytes=per, num_full_layers=n_full, swa_layer_bytes=per if n_swa else 0,
+                    num_swa_layers=n_swa, draft_bytes=draft, formula=formula)
+
+
+# --------------------------------------------------------------------------------------------
+# Mamba / linear-attention state
+
+
+def mamba_state_bytes_per_req(spec: ModelSpec, tp: int, conv_bytes: int = 2, ssm_bytes: int = 4) -> int:
+    """``mamba_cache_per_req`` (configs/mamba_utils.py @ v0.5.23): per request, all state layers, one rank.
+    Mamba2: conv (conv_dim/tp, k-1), temporal (heads/tp, head_dim, state); GDN: temporal (v_heads/tp, k_dim, v_dim).
+    SSM state in float32 (``mamba_ssm_dtype`` default), conv state in the model dtype."""
+    m = spec.mamba
+    if m is None:
+        return 0
+    conv = (m.conv_dim // tp) * (m.conv_kernel - 1)
+    temporal = (m.num_heads // tp) * m.head_dim * m.state_size
+    return (conv * conv_bytes + temporal * ssm_bytes) * spec.num_state_layers
+
+
+@dataclass(frozen=True)
+class MambaCarve:
+    rest_gib: float  # rest memory left for KV after the state pool
+    max_mamba_cache_size: int
+    per_req_bytes: int
+
+
+def handle_max_mamba_cache(v: Version, rest_gib: float, per_req_bytes: int, *, ratio: float = 0.9,
+                           max_mamba_cache_size: int | None = None) -> MambaCarve:
+    """``_handle_max_mamba_cache`` (kv_cache_configurator.py @ v0.5.23 l.3252; mixin @ v0.5.9):
+    split ``rest`` as state : KV = R : 1 (R = --mamba-full-memory-ratio, default 0.9) unless the size is given.
+    v0.5.23 keeps a padding slot (+1); v0.5.9 did not."""
+    pad = 1 if at_least(v, "0.5.14") else 0
+    if per_req_bytes <= 0:
+        return MambaCarve(rest_gib, 0, 0)
+    if max_mamba_cache_size is None:
+        budget = int(rest_gib * ratio / (1 + ratio) * GIB)
+        size = int((budget - per_req_bytes * pad) // per_req_bytes)
+    else:
+        size = max_mamba_cache_size
+    rest = rest_gib - (size + pad) * per_req_bytes / GIB
+    return MambaCarve(rest, max(size, 0), per_req_bytes)
+
+
+# --------------------------------------------------------------------------------------------
+# Profile
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The sizing decision: named inputs and outputs (GiB floats as SGLang computes them)."""
+
+    pre_model_load_gib: float
+    available_gpu_gib: float
+    mem_fraction_static: float
+    slack_gib: float
+    mm_reservation_gib: float
+    mamba_state_gib: float
+    rest_memory_gib: float
+    rest_memory_bytes: int
+    cell_bytes: int
+    profiled_tokens: int  # before page rounding / caps (may be negative in the classic path)
+    error: str | None  # the ValueError (>=0.5.14) when rest <= 0
+
+
+def mm_reservation_gib(v: Version, is_multimodal: bool, mm_feature_transport: str | None = None,
+                       vlm_cache_mb: int = 100, feature_cache_mb: int = 1024) -> float:
+    """``mm_runtime_reservation_gb`` (kv_cache_configurator.py @ v0.5.23, new in 0.5.18):
+    SGLANG_VLM_CACHE_SIZE_MB (100) [+ SGLANG_MM_FEATURE_CACHE_MB (1024) for cuda_ipc/cuda_vmm], / 1024."""
+    if not is_multimodal or not at_least(v, "0.5.18"):
+        return 0.0
+    mb = vlm_cache_mb + (feature_cache_mb if mm_feature_transport in ("cuda_ipc", "cuda_vmm") else 0)
+    return mb / 1024
+
+
+def value_error_text(mfs: float, available_gib_: float, pre_gib: float) -> str:
+    """The ValueError of ``_profile_available_bytes`` (mixin @ v0.5.14; kv_cache_configurator.py @ v0.5.23)."""
+    minimum = 1 - available_gib_ / pre_gib
+    suggested = math.ceil(minimum * 1000) / 1000
+    return (f"ValueError: Loaded weights leave no GPU memory for the KV cache under "
+            f"--mem-fraction-static={mfs}. Raise --mem-fraction-static above {suggested:.3f} "
+            f"(minimum viable = 1 - available/pre = {minimum:.4f}). If using speculative decoding, "
+            f"draft weights are now counted.")
+
+
+def runtime_error_text(v: Version, mfs: float) -> str:
+    """The RuntimeError raised when ``max_total_num_tokens <= 0`` — its wording per version
+    (model_runner.py @ v0.4.6.post5 / @ v0.5.6, mixin @ v0.5.9, pool_configurator.py @ v0.5.11+)."""
+    base = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    if not at_least(v, "0.5.0"):
+        return base
+    if not at_least(v, "0.5.10"):
+        return f"{base} Current value: self.server_args.mem_fraction_static={mfs}"
+    return f"{base} Current value: mem_fraction_static={mfs}"
+
+
+def profile(v: Version, *, pre_model_load_gib: float, available_gpu_gib: float, mem_fraction_static: float,
+            cell_bytes: int, mm_reservation: float = 0.0, mamba_per_req_bytes: int = 0,
+            mamba_ratio: float = 0.9, max_mamba_cache_size: int | None = None) -> tuple[Profile, MambaCarve | None]:
+    """``profile_max_num_token`` (<0.5.14) / ``_profile_available_bytes`` + ``DefaultPoolConfigurator`` (>=0.5.14).
+
+    rest = available − pre × (1 − mfs) [− mm reservation (>=0.5.18)] [− mamba state];
+    classic: tokens = int(rest × 2^30) // cell (no clamp: may be negative);
+    current: rest <= 0 raises ValueError; else tokens = int(rest × 2^30) // cell.
+    """
+    slack = pre_model_load_gib * (1 - mem_fraction_static)
+    rest = available_gpu_gib - slack - mm_reservation
+    carve = None
+    mamba_gib = 0.0
+    if mamba_per_req_bytes:
+        carve = handle_max_mamba_cache(v, rest, mamba_per_req_bytes, ratio=mamba_ratio,
+                                       max_mamba_cache_size=max_mamba_cache_size)
+        mamba_gib = rest - carve.rest_gib
+        rest = carve.rest_gib
+    error = None
+    if at_least(v, "0.5.14") and rest <= 0:
+        error = value_error_text(mem_fraction_static, available_gpu_gib, pre_model_load_gib)
+        tokens = 0
+        rest_bytes = 0
+    else:
+        rest_bytes = int(rest * (1 << 30))
+        tokens = rest_bytes // cell_bytes if cell_bytes else 0
+    return Profile(pre_model_load_gib, available_gpu_gib, mem_fraction_static, slack, mm_reservation, mamba_gib,
+                   rest, rest_bytes, cell_bytes, tokens, error), carve
+
+
+# --------------------------------------------------------------------------------------------
+# Pool sizing after the profile
+
+
+@dataclass(frozen=True)
+class PoolSizes:
+    max_total_num_tokens: int  # full-attention pool tokens (SWA: full_layer_tokens)
+    swa_tokens: int | None
+    capped_by_user: bool
+
+
+def round_to_page(tokens: int, page_size: int) -> int:
+    return tokens // page_size * page_size
+
+
+def apply_token_constraints(tokens: int, page_size: int, max_total_tokens: int | None) -> tuple[int, bool]:
+    """``min(T, --max-total-tokens)`` then page rounding (the order of mixin @ v0.5.9 init_memory_pool;
+    v0.5.23 rounds, caps and re-rounds — the same result)."""
+    capped = max_total_tokens is not None and max_total_tokens < tokens
+    if max_total_tokens is not None:
+        tokens = min(tokens, max_total_tokens)
+    return round_to_page(tokens, page_size), capped
+
+
+def swa_split(v: Version, rest_bytes: int, cell: CellSize, page_size: int, ratio: float) -> tuple[int, int]:
+    """Hybrid SWA pools (full_layer_tokens, swa_layer_tokens).
+
+    v0.5.23 ``HybridSWAPoolConfigurator``: max_total = bytes // (F n_full + r S n_swa);
+    full = max_total // page * page; swa = int(full * r) // page * page.
+    """
+    f = cell.full_layer_bytes * cell.num_full_layers
+    s = cell.swa_layer_bytes * cell.num_swa_layers
+    if cell.num_full_layers == 0:  # all-SWA
+        swa = round_to_page(rest_bytes // s, page_size)
+        return swa, swa
+    denom = f + ratio * s + cell.draft_bytes
+    total = int(rest_bytes // denom)
+    full = round_to_page(total, page_size)
+    swa = round_to_page(int(full * ratio), page_size)
+    return full, swa
+
+
+def max_num_reqs(v: Version, *, token_capacity: int, profiled_tokens: int, context_len: int,
+                 max_running_requests: int | None, attn_dp_size: int, mamba_cap: int | None = None) -> tuple[int, int]:
+    """(req_to_token_pool size, max_running_requests per DP worker).
+
+    v0.5.23 ``resolve_max_num_reqs`` (kv_cache_configurator.py l.3119) on the final capacity;
+    v0.5.9 ``init_memory_pool``: estimate from the *profiled* T, then
+    ``max_running_requests = min(T // 2 or user // dp, pool size)`` (model_runner.py l.593).
+    """
+    if at_least(v, "0.5.14"):
+        estimated = int(token_capacity / context_len * 512)
+        estimated = max(min(estimated, 4096), 2048)
+        if max_running_requests is not None:
+            n = min(max(1, max_running_requests // attn_dp_size), token_capacity // 2)
+        else:
+            n = min(estimated, token_capacity // 2)
+        if mamba_cap is not None:
+            n = min(n, mamba_cap)
+        return n, n
+    pool = max_running_requests if max_running_requests is not None else min(
+        max(int(profiled_tokens / context_len * 512), 2048), 4096)
+    if mamba_cap is not None:
+        pool = min(pool, mamba_cap)
+    running = token_capacity // 2 if max_running_requests is None else max_running_requests // attn_dp_size
+    return pool, min(running, pool)
+
+
+def req_to_token_bytes(pool_size: int, context_len: int, draft_tokens: int = 0) -> int:
+    """``ReqToTokenPool``: int32 [(size + 1) x (context_len + 4 + speculative_num_draft_tokens)]
+    (mem_cache/memory_pool.py l.402-407, kv_cache_configurator.py l.884 @ v0.5.23)."""
+    return (pool_size + 1) * (context_len + 4 + draft_tokens) * 4
+
+
+def kv_buffer_bytes(tokens: int, page_size: int, per_token_bytes: int) -> int:
+    """KV buffers hold ``size + page_size`` rows (one padded page): real bytes allocated."""
+    return (tokens + page_size) * per_token_bytes
+
+
+def tokens_per_fraction_step(pre_model_load_gib: float, cell_bytes: int, step: float = 0.01) -> int:
+    """KV tokens one ``step`` of mem_fraction_static buys: pre × step GiB / cell."""
+    return int(pre_model_load_gib * step * (1 << 30)) // cell_bytes if cell_bytes else 0
+
+
+def min_viable_fraction(*, pre_model_load_gib: float, available_gpu_gib: float, reserve_gib: float,
+                        need_bytes: int) -> float:
+    """Smallest mem_fraction_static whose budget holds ``need_bytes`` (e.g. one page of KV):
+    available − pre (1 − f) − reserve ≥ need  ⇔  f ≥ 1 − (available − reserve − need) / pre."""
+    return 1 - (available_gpu_gib - reserve_gib - need_bytes / GIB) / pre_model_load_gib

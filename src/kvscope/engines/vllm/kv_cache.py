@@ -1,0 +1,478 @@
+"""vLLM V1 KV cache planning: per-layer specs, page sizes, groups, ``num_gpu_blocks``, capacity.
+
+Pure integer arithmetic mirroring, version by version:
+- ``vllm/v1/kv_cache_interface.py`` (``AttentionSpec.page_size_bytes``, ``MLAAttentionSpec``,
+  ``SlidingWindowSpec``, ``ChunkedLocalAttentionSpec``, ``MambaSpec``, ``max_memory_usage_bytes``)
+- ``vllm/v1/core/kv_cache_utils.py`` @ v0.11.0 … v0.30.0 and ``vllm/v1/core/kv_cache_planning.py``
+  @ v0.33.0 (``get_kv_cache_groups``, ``_get_kv_cache_groups_uniform_page_size``,
+  ``get_kv_cache_config_from_groups``, ``_max_memory_usage_bytes_from_groups``,
+  ``_estimate_max_model_len_from_groups``, ``_check_enough_kv_cache_memory``,
+  ``get_max_concurrency_for_kv_cache_config``, ``_report_kv_cache_config`` / ``get_kv_cache_capacity``)
+- ``vllm/model_executor/layers/mamba/mamba_utils.py`` @ v0.19.0 (``MambaStateShapeCalculator``)
+- ``vllm/model_executor/models/config.py::HybridAttentionMambaModelConfig`` @ v0.19.0 and
+  ``vllm/platforms/interface.py::_align_hybrid_block_size`` @ v0.33.0 (attention block size for
+  hybrid mamba models, mamba page padding).
+
+Nothing here knows about files, flags or GPUs; ``memory.py`` feeds it the available bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from ...errors import FlagError
+from ...model.spec import FULL, LINEAR, MAMBA, SLIDING, ModelSpec
+from ...units import GiB
+from .args import VersionTraits
+
+FULL_ATTN = "full"
+MLA_ATTN = "mla"
+SLIDING_WINDOW = "sliding_window"
+CHUNKED_LOCAL = "chunked_local"
+MAMBA_STATE = "mamba"
+
+# fp8_ds_mla: 512 fp8 latent + 4 float32 scales + 64 bf16 rope = 656 bytes per token
+# (vllm/v1/kv_cache_interface.py MLAAttentionSpec @ v0.11.0 and v0.33.0).
+FP8_DS_MLA_BYTES_PER_TOKEN = 656
+
+KV_CACHE_DTYPE_BYTES = {
+    # vllm/utils/torch_utils.py STR_DTYPE_TO_TORCH_DTYPE: every fp8 flavour is stored as uint8.
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_ds_mla": 1, "fp8_inc": 1,
+    "bfloat16": 2, "float16": 2, "half": 2, "float": 4, "float32": 4,
+}
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """One layer's KV cache spec on one worker (equal specs share a group, as in vLLM)."""
+
+    kind: str  # full | mla | sliding_window | chunked_local | mamba
+    block_size: int
+    page_size_bytes: int
+    window: int | None = None  # sliding window / attention chunk size
+
+    def max_memory_usage_blocks(self, cfg: "SchedulerView") -> int:
+        """Blocks one request at ``max_model_len`` holds: ``max_memory_usage_bytes // page``.
+
+        Full/MLA: ``cdiv(max_model_len, block_size)``.
+        Sliding window: ``cdiv(min(W - 1 + in_flight, max_model_len), bs) + 1`` with in_flight =
+        ``max_num_batched_tokens`` (v0.19.0) or ``max_in_flight_tokens`` (v0.26.0+ ``vllm/config/vllm.py``).
+        Chunked local: ``cdiv(min(C + in_flight, max_model_len), bs)`` (no +1).
+        Mamba: ``1 + spec_blocks`` (mode none), ``2 + spec_blocks`` (mode align), one per block_size
+        tokens (mode all) -- ``MambaSpec.max_memory_usage_bytes`` @ v0.19.0.
+        """
+        if self.kind in (FULL_ATTN, MLA_ATTN):
+            return cdiv(cfg.max_model_len, self.block_size)
+        if self.kind == SLIDING_WINDOW:
+            assert self.window is not None
+            tokens = min(self.window - 1 + cfg.in_flight_tokens, cfg.max_model_len)
+            return cdiv(tokens, self.block_size) + 1
+        if self.kind == CHUNKED_LOCAL:
+            assert self.window is not None
+            return cdiv(min(self.window + cfg.in_flight_tokens, cfg.max_model_len), self.block_size)
+        if self.kind == MAMBA_STATE:
+            if cfg.mamba_cache_mode == "all":
+                return cdiv(cfg.max_model_len, self.block_size)
+            if cfg.mamba_cache_mode == "align":
+                return 2 + cfg.num_speculative_blocks
+            return 1 + cfg.num_speculative_blocks
+        raise ValueError(f"unknown KV spec kind {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """The parts of ``VllmConfig`` the KV arithmetic reads."""
+
+    max_model_len: int
+    max_num_batched_tokens: int
+    in_flight_tokens: int  # max_num_batched_tokens (<0.26) or max_concurrent_batches x it (>=0.26)
+    mamba_cache_mode: str = "none"  # none | align | all
+    num_speculative_blocks: int = 0
+
+    def with_max_model_len(self, n: int) -> "SchedulerView":
+        return replace(self, max_model_len=n)
+
+
+@dataclass(frozen=True)
+class KVCacheGroup:
+    layer_ids: tuple[int, ...]  # decoder layer indices (model-global)
+    spec: KVCacheSpec
+    # UniformTypeKVCacheSpecs: one group of same-kind layers with different page sizes.
+    per_layer_pages: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class KVCachePlan:
+    """One worker's grouping: what ``get_kv_cache_config_from_groups`` works from."""
+
+    groups: tuple[KVCacheGroup, ...]
+    bytes_per_block: int  # group_size x page (or sum of per-layer pages for UniformType)
+    num_padding_layers: int = 0
+
+    @property
+    def is_attention_free(self) -> bool:
+        return not self.groups
+
+    @property
+    def min_block_size(self) -> int:
+        return min(g.spec.block_size for g in self.groups)
+
+    @property
+    def has_mamba_layers(self) -> bool:
+        return any(g.spec.kind == MAMBA_STATE for g in self.groups)
+
+    def blocks_per_request(self, cfg: SchedulerView) -> int:
+        """``sum_g cdiv(max_memory_usage_bytes_g, page_g)`` (kv_cache_utils.py @ v0.19.0 and
+        kv_cache_planning.py @ v0.33.0 agree for uniform page sizes)."""
+        return sum(g.spec.max_memory_usage_blocks(cfg) for g in self.groups)
+
+    def needed_memory_bytes(self, cfg: SchedulerView) -> int:
+        """``_max_memory_usage_bytes_from_groups``: bytes_per_block x blocks for one request."""
+        if not self.groups:
+            return 0
+        return self.bytes_per_block * self.blocks_per_request(cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Page sizes
+
+
+def attention_page_size_bytes(block_size: int, num_kv_heads: int, head_size: int, dtype_bytes: int) -> int:
+    """``AttentionSpec.page_size_bytes`` (kv_cache_interface.py @ v0.11.0; same value @ v0.33.0)."""
+    return (2  # key + value
+            * block_size * num_kv_heads * head_size * dtype_bytes)
+
+
+def mla_page_size_bytes(block_size: int, kv_lora_rank: int, qk_rope_head_dim: int, dtype_bytes: int,
+                        cache_dtype: str = "auto") -> int:
+    """``MLAAttentionSpec.page_size_bytes``: one latent "head" of kv_lora_rank + rope dims, no V
+    (kv_cache_interface.py @ v0.11.0); ``fp8_ds_mla`` packs 656 bytes per token."""
+    if cache_dtype == "fp8_ds_mla":
+        return block_size * FP8_DS_MLA_BYTES_PER_TOKEN
+    return block_size * 1 * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes
+
+
+def num_kv_heads_per_rank(spec: ModelSpec, tp: int) -> int:
+    """``ModelConfig.get_num_kv_heads``: 1 for MLA, else ``max(1, total // tp)`` (KV heads are
+    replicated when tp > total_num_kv_heads) -- vllm/config/model.py @ v0.11.0 / v0.33.0."""
+    if spec.is_mla:
+        return 1
+    return max(1, spec.num_key_value_heads // tp)
+
+
+def extra_groups_for_head_shards(ngroups: int, tp: int) -> int:
+    """mamba_utils.py @ v0.19.0: groups replicated so each head shard has its group."""
+    return 0 if ngroups % tp == 0 else tp - ngroups
+
+
+def mamba_state_shapes(spec: ModelSpec, tp: int, num_spec: int = 0) -> tuple[tuple[int, ...], ...]:
+    """``MambaStateShapeCalculator.mamba2_state_shape`` / ``gated_delta_net_state_shape``
+    (vllm/model_executor/layers/mamba/mamba_utils.py @ v0.19.0): (conv state, ssm state)."""
+    m = spec.mamba
+    assert m is not None
+    if m.kind == "gdn":
+        kh, kd, vh, vd = m.n_groups, m.head_dim, m.num_heads, m.state_size
+        conv_dim = kd * kh * 2 + vd * vh
+        return ((m.conv_kernel - 1 + num_spec, _divide(conv_dim, tp, "linear_num_key_heads")),
+                (_divide(vh, tp, "linear_num_value_heads"), vd, kd))
+    n_groups = m.n_groups + extra_groups_for_head_shards(m.n_groups, tp)
+    intermediate = m.num_heads * m.head_dim
+    conv_dim = intermediate + 2 * n_groups * m.state_size
+    return ((m.conv_kernel - 1 + num_spec, _divide(conv_dim, tp, "mamba n_groups")),
+            (_divide(m.num_heads, tp, "mamba_num_heads"), m.head_dim, m.state_size))
+
+
+def _divide(a: int, b: int, what: str) -> int:
+    if a % b:
+        raise FlagError(f"{what} dimension {a} is not divisible by tensor parallel size {b}",
+                        field="--tensor-parallel-size", fix="use a TP size that divides it")
+    return a // b
+
+
+def mamba_page_size_bytes(spec: ModelSpec, tp: int, state_dtype_bytes: int, num_spec: int = 0) -> int:
+    """``MambaSpec.page_size_bytes`` before padding: ``sum(prod(shape) * dtype_size)``
+    (kv_cache_interface.py @ v0.19.0); conv and ssm states both in the model dtype under
+    ``mamba_cache_dtype=auto`` / ``mamba_ssm_cache_dtype=auto`` (MambaStateDtypeCalculator)."""
+    total = 0
+    for shape in mamba_state_shapes(spec, tp, num_spec):
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * state_dtype_bytes
+    return total
+
+
+def hybrid_attention_block_size(attn_page_1_token: int, mamba_page: int, block_size: int,
+                                kernel_block_alignment: int) -> int:
+    """Attention block size for hybrid attention+mamba models, mamba cache mode none/align:
+    ``alignment * cdiv(mamba_page, alignment * attn_page_size_1_token)``; kept if the
+    configured block size is already larger (HybridAttentionMambaModelConfig @ v0.19.0,
+    ``_align_hybrid_block_size`` @ v0.33.0). Alignment: 16 (FlashAttention), 64 for MLA
+    (128 from v0.33.0 and for CUTLASS MLA)."""
+    attn_block = kernel_block_alignment * cdiv(mamba_page, kernel_block_alignment * attn_page_1_token)
+    return max(block_size, attn_block)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer specs of one worker
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Resolved cache settings shared by every layer of a worker."""
+
+    block_size: int  # attention block size after backend / hybrid adjustments
+    kv_dtype_bytes: int
+    cache_dtype: str  # "auto", "fp8", "fp8_ds_mla", ...
+    tp: int
+    mamba_page_padded: int | None = None  # mamba page padded to the attention page
+    mamba_block_size: int | None = None  # max_model_len (mode none) or block_size (align)
+    num_speculative_tokens: int = 0
+    is_chunked_local: bool = False  # Llama 4: SLIDING layers are chunked-local attention
+
+
+def layer_specs(spec: ModelSpec, layout: CacheLayout) -> dict[int, KVCacheSpec]:
+    """One KVCacheSpec per decoder layer that keeps a cache (``get_kv_cache_spec`` of the runner)."""
+    out: dict[int, KVCacheSpec] = {}
+    bs = layout.block_size
+    if spec.is_mla:
+        attn_page = mla_page_size_bytes(bs, spec.kv_lora_rank or 0, spec.qk_rope_head_dim or 0,
+                                        layout.kv_dtype_bytes, layout.cache_dtype)
+        attn_kind = MLA_ATTN
+    else:
+        attn_page = attention_page_size_bytes(bs, num_kv_heads_per_rank(spec, layout.tp), spec.head_dim,
+                                              layout.kv_dtype_bytes)
+        attn_kind = FULL_ATTN
+    for i, kind in enumerate(spec.layer_types):
+        if kind == FULL:
+            out[i] = KVCacheSpec(attn_kind, bs, attn_page)
+        elif kind == SLIDING:
+            out[i] = KVCacheSpec(CHUNKED_LOCAL if layout.is_chunked_local else SLIDING_WINDOW, bs, attn_page,
+                                 window=spec.sliding_window)
+        elif kind in (LINEAR, MAMBA):
+            page = layout.mamba_page_padded or mamba_page_size_bytes(
+                spec, layout.tp, spec.dtype_bytes, layout.num_speculative_tokens)
+            out[i] = KVCacheSpec(MAMBA_STATE, layout.mamba_block_size or bs, page)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouping (get_kv_cache_groups) and bytes per block
+
+
+def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> tuple[tuple[KVCacheGroup, ...], int]:
+    """Group the model's layers as ``get_kv_cache_groups`` does; returns (groups, padding layers).
+
+    1. no cache layers -> no group; 2. all specs equal -> one group; 3. same kind and block size,
+    different pages -> one UniformType group; 4. hybrid -> unify page sizes by scaling block
+    sizes (``unify_kv_cache_spec_page_size``), bucket by spec, ``group_size = min(len)`` (or
+    ``max(len)`` when ``max < 1.5 * min``, first seen v0.19.0), each bucket split into
+    ``cdiv(len, group_size)`` groups of ``layers[i::n]``, the last padded.
+    """
+    if not specs:
+        return (), 0
+    values = list(specs.values())
+    ids = tuple(sorted(specs))
+    if all(v == values[0] for v in values):
+        return (KVCacheGroup(ids, values[0]),), 0
+    kinds = {v.kind for v in values}
+    if (len(kinds) == 1 and len({v.block_size for v in values}) == 1
+            and len({v.window for v in values}) == 1 and values[0].kind != MAMBA_STATE):
+        pages = tuple(specs[i].page_size_bytes for i in ids)
+        return (KVCacheGroup(ids, values[0], per_layer_pages=pages),), 0
+    specs = _unify_page_size(specs)
+    buckets: dict[KVCacheSpec, list[int]] = {}
+    for i in ids:
+        buckets.setdefault(specs[i], []).append(i)
+    lens = [len(v) for v in buckets.values()]
+    group_size = min(lens)
+    if traits.group_size_max_heuristic and max(lens) < min(lens) * 1.5:
+        group_size = max(lens)
+    groups: list[KVCacheGroup] = []
+    padding = 0
+    for s, layers in buckets.items():
+        n = cdiv(len(layers), group_size)
+        padding += n * group_size - len(layers)
+        for k in range(n):
+            groups.append(KVCacheGroup(tuple(layers[k::n]), s))
+    return tuple(groups), padding
+
+
+def _unify_page_size(specs: dict[int, KVCacheSpec]) -> dict[int, KVCacheSpec]:
+    """``unify_kv_cache_spec_page_size`` (kv_cache_utils.py @ v0.19.0)."""
+    pages = {s.page_size_bytes for s in specs.values()}
+    if len(pages) <= 1:
+        return specs
+    top = max(pages)
+    out = {}
+    for i, s in specs.items():
+        if s.page_size_bytes == top:
+            out[i] = s
+            continue
+        if top % s.page_size_bytes:
+            raise FlagError("The page size of the layer is not divisible by the maximum page size. "
+                            "Cannot unify by adjusting block_size.", field="--block-size",
+                            fix="vLLM raises NotImplementedError for this layer mix")
+        ratio = top // s.page_size_bytes
+        out[i] = replace(s, block_size=s.block_size * ratio, page_size_bytes=top)
+    return out
+
+
+def project_to_worker(groups: Sequence[KVCacheGroup], worker_layers: set[int]) -> tuple[KVCacheGroup, ...]:
+    """``_project_kv_cache_groups_to_worker``: keep only the layers this PP stage owns."""
+    out = []
+    for g in groups:
+        keep = tuple(i for i in g.layer_ids if i in worker_layers)
+        pages = None
+        if g.per_layer_pages is not None:
+            pages = tuple(p for i, p in zip(g.layer_ids, g.per_layer_pages) if i in worker_layers)
+        out.append(KVCacheGroup(keep, g.spec, pages))
+    return tuple(out)
+
+
+def bytes_per_block(groups: Sequence[KVCacheGroup]) -> int:
+    """UniformType: ``sum(per-layer page)``; otherwise ``max(len(group)) x page`` -- the
+    ``available // page // group_size`` of ``get_num_blocks`` (kv_cache_utils.py @ v0.19.0) and
+    ``_get_kv_cache_bytes_per_block`` (kv_cache_planning.py @ v0.33.0, layer-outer layout)."""
+    if not groups:
+        return 0
+    if len(groups) == 1 and groups[0].per_layer_pages is not None:
+        return sum(groups[0].per_layer_pages)
+    group_size = max(len(g.layer_ids) for g in groups)
+    return group_size * groups[0].spec.page_size_bytes
+
+
+def make_plan(groups: Sequence[KVCacheGroup], padding: int = 0) -> KVCachePlan:
+    live = tuple(g for g in groups)
+    return KVCachePlan(groups=live, bytes_per_block=bytes_per_block(live), num_padding_layers=padding)
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks, capacity, admission
+
+
+def num_blocks_from_available(available_bytes: int, plan: KVCachePlan) -> int:
+    """``get_num_blocks``: ``max(available // bytes_per_block, 0)``; 1 for attention-free models
+    (the BlockPool still needs its null block)."""
+    if plan.is_attention_free:
+        return 1
+    return max(int(available_bytes) // plan.bytes_per_block, 0)
+
+
+def max_concurrency(num_blocks: int, plan: KVCachePlan, cfg: SchedulerView) -> float:
+    """``get_max_concurrency_for_kv_cache_config``: ``num_blocks / blocks_per_request``."""
+    return num_blocks / plan.blocks_per_request(cfg)
+
+
+def kv_cache_size_tokens(num_blocks: int, plan: KVCachePlan, cfg: SchedulerView, traits: VersionTraits) -> int:
+    """The "GPU KV cache size: N tokens" figure.
+
+    <= v0.20.0: ``num_blocks // len(groups) * min_block_size`` (``_report_kv_cache_config`` @ v0.19.0);
+    >= v0.20.2: ``int(max_concurrency * max_model_len)`` (``get_kv_cache_capacity``);
+    V0: ``num_gpu_blocks * block_size``.
+    """
+    if traits.is_v0:
+        return num_blocks * plan.min_block_size
+    if traits.tokens_from_concurrency:
+        return int(max_concurrency(num_blocks, plan, cfg) * cfg.max_model_len)
+    return num_blocks // len(plan.groups) * plan.min_block_size
+
+
+def estimate_max_model_len(available_bytes: int, plan: KVCachePlan, cfg: SchedulerView) -> int:
+    """``_estimate_max_model_len_from_groups``: binary search over [1, max_model_len] for the
+    largest length whose one-request need fits; 0 if even one token does not."""
+    def fits(n: int) -> bool:
+        return plan.needed_memory_bytes(cfg.with_max_model_len(n)) <= available_bytes
+
+    left, right = 1, cfg.max_model_len
+    if not fits(left):
+        return 0
+    result = 1
+    while left <= right:
+        mid = (left + right) // 2
+        if fits(mid):
+            result = mid
+            left = mid + 1
+        else:
+            right = mid - 1
+    return result
+
+
+def format_gib(n: int | float) -> str:
+    """``format_gib`` (vllm/utils/mem_utils.py): ``f"{round(b / GiB, 2)}"`` -- prints 55.6, not 55.60."""
+    return f"{round(n / GiB, 2)}"
+
+
+def no_available_memory_error(traits: VersionTraits) -> str:
+    """``_check_enough_kv_cache_memory`` when available <= 0 (kv_cache_utils.py @ v0.11.0 / v0.16.0 /
+    v0.24.0; kv_cache_planning.py @ v0.33.0)."""
+    msg = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+    if traits.error_text_generation >= 24:
+        msg += ("initializing the engine (this flag also controls CPU memory reservation on the CPU "
+                "backend, despite its name). ")
+    elif traits.error_text_generation >= 14:
+        msg += "initializing the engine. "
+    else:
+        return msg + "initializing the engine."
+    return msg + ("See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+                  "for more details.")
+
+
+def insufficient_memory_error(max_model_len: int, needed_bytes: int, available_bytes: int,
+                              estimated_max_len: int, traits: VersionTraits) -> str:
+    """The "To serve at least one request with the model's max seq len" error, per version:
+    v0.11.0 (``:.2f`` GiB, "models's"), v0.14–v0.21 (format_gib, docs link, "models's"),
+    v0.24.0+ ("model's", CPU-backend hint) -- kv_cache_utils.py / kv_cache_planning.py."""
+    if traits.error_text_generation < 14:
+        est = ("Based on the available memory, "
+               f"the estimated maximum model length is {estimated_max_len}.") if estimated_max_len > 0 else ""
+        return (f"To serve at least one request with the models's max seq len "
+                f"({max_model_len}), ({needed_bytes / GiB:.2f} GiB KV "
+                f"cache is needed, which is larger than the available KV cache "
+                f"memory ({available_bytes / GiB:.2f} GiB). "
+                f"{est} "
+                f"Try increasing `gpu_memory_utilization` or decreasing "
+                f"`max_model_len` when initializing the engine.")
+    est = ("Based on the available memory, "
+           f"the estimated maximum model length is {estimated_max_len}. ") if estimated_max_len > 0 else ""
+    if traits.error_text_generation < 24:
+        return (f"To serve at least one request with the models's max seq len "
+                f"({max_model_len}), ({format_gib(needed_bytes)} GiB KV "
+                f"cache is needed, which is larger than the available KV cache "
+                f"memory ({format_gib(available_bytes)} GiB). {est}"
+                f"Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                f"when initializing the engine. "
+                f"See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+                f"for more details.")
+    return (f"To serve at least one request with the model's max seq len "
+            f"({max_model_len}), ({format_gib(needed_bytes)} GiB KV "
+            f"cache is needed, which is larger than the available KV cache "
+            f"memory ({format_gib(available_bytes)} GiB). {est}"
+            f"Try increasing `gpu_memory_utilization` (which also controls "
+            f"CPU memory on the CPU backend) or decreasing `max_model_len` "
+            f"when initializing the engine. "
+            f"See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ "
+            f"for more details.")
+
+
+def v0_cache_size_error(max_model_len: int, num_gpu_blocks: int, block_size: int) -> str:
+    """V0 ``raise_if_cache_size_invalid`` (vllm/worker/worker.py @ v0.6.6.post1, spec §11)."""
+    return (f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens "
+            f"that can be stored in KV cache ({block_size * num_gpu_blocks}). Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+
+
+def mamba_max_num_seqs_error(max_num_seqs: int, num_blocks: int) -> str:
+    """``CompilationConfig`` check for FULL decode CUDA graphs on mamba models
+    (vllm/config/compilation.py @ v0.20.2 … v0.33.0)."""
+    return (f"max_num_seqs ({max_num_seqs}) exceeds available Mamba cache "
+            f"blocks ({num_blocks}). Each decode sequence "
+            "requires one Mamba cache block, so CUDA graph capture cannot "
+            "proceed. Please lower max_num_seqs to at most "
+            f"{num_blocks} or increase "
+            "gpu_memory_utilization.")
