@@ -1,0 +1,422 @@
+"""``kvscope doctor``: read an SGLang or vLLM log once, rebuild the startup timeline it printed,
+recompute the engine's numbers from it, and say what went wrong and how to fix it.
+
+Streaming and bounded: the log is read line by line as bytes (``MAX_LINE_BYTES`` per line at most),
+each line is tested against one combined trigger pattern, and only matching lines are decoded and
+parsed. What is kept does not grow with the log: per-rank figures, a few evidence lines per kind of
+event, and at most ``MAX_UNPARSED_SAMPLES`` lines it did not understand.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterable, Iterator
+
+from .engines.sglang import logs as sglang_logs
+from .engines.vllm import logs as vllm_logs
+from .errors import LogFormatError
+from .findings import (
+    INFO,
+    NO_MEMORY_LINES,
+    RESTARTS,
+    UNPARSED_LINES,
+    WARNING,
+    Analysis,
+    Check,
+    Finding,
+    analyze_sglang,
+    analyze_vllm,
+    sort_findings,
+)
+from .timeline import Fix, Timeline, timeline_from_dict
+
+MAX_LINE_BYTES = 1 << 20  # a longer line is cut here (and counted); the rest of it is skipped
+MAX_UNPARSED_SAMPLES = 20
+SNIFF_BYTES = 8192
+ENGINES = ("sglang", "vllm")
+
+TRIGGER = re.compile(
+    (sglang_logs.TRIGGER_RE.pattern + "|" + vllm_logs.TRIGGER_RE.pattern).encode("utf-8"))
+# Lines about serving traffic: recognised, counted, not memory figures.
+REQUEST_LINE = re.compile(
+    rb"Prefill batch|Decode batch|Avg prompt throughput|\"(?:GET|POST) /|HTTP/1\.[01]\" \d{3}|"
+    rb"Received request|Finished request|Added request|Aborted request|Engine \d{3}:")
+# A line we did not understand is reported only if it looks memory-related (or is an error).
+MEMORYISH = re.compile(
+    rb"(?i)\bmem(?:ory)?\b|\bGiB\b|\d\s?GB\b|\bKV\b|\bOOM\b|out of memory|cuda ?graph|#tokens|"
+    rb"\bError\b|Traceback|mem_fraction|gpu_memory_utilization")
+
+
+@dataclass(frozen=True)
+class LogStats:
+    lines: int
+    bytes: int
+    recognised: int
+    request_lines: int
+    unparsed: int
+    cut_lines: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lines": self.lines, "bytes": self.bytes, "recognised": self.recognised,
+                "request_lines": self.request_lines, "unparsed": self.unparsed, "cut_lines": self.cut_lines,
+                "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """The observed timeline plus what the doctor concluded. ``to_dict`` is the ``--json`` output."""
+
+    timeline: Timeline
+    findings: tuple[Finding, ...]
+    checks: tuple[Check, ...]
+    unparsed_samples: tuple[str, ...]
+    stats: LogStats
+    flags: dict[str, Any] = field(default_factory=dict)
+    flag_sources: dict[str, str] = field(default_factory=dict)
+    comparison: tuple[dict[str, Any], ...] = ()
+
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.timeline.to_dict()
+        out["flags"] = {k: _jsonable(v) for k, v in self.flags.items()}
+        out["flag_sources"] = dict(self.flag_sources)
+        out["findings"] = [f.to_dict() for f in self.findings]
+        out["checks"] = [c.to_dict() for c in self.checks]
+        out["unparsed"] = {"count": self.stats.unparsed, "samples": list(self.unparsed_samples)}
+        out["log"] = self.stats.to_dict()
+        if self.comparison:
+            out["comparison"] = list(self.comparison)
+        return out
+
+
+def _jsonable(v: Any) -> Any:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return repr(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+def open_log(path: str) -> IO[bytes]:
+    """A binary stream for ``path`` (``-`` = stdin); gzip is unpacked on the fly."""
+    if path == "-":
+        raw: IO[bytes] = sys.stdin.buffer
+    else:
+        try:
+            raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+        except FileNotFoundError:
+            raise LogFormatError(f"no such file: {path}", field="PATH") from None
+        except IsADirectoryError:
+            raise LogFormatError(f"{path} is a directory", field="PATH") from None
+        except OSError as exc:
+            raise LogFormatError(f"cannot read {path}: {exc.strerror}", field="PATH") from None
+    buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[arg-type]
+    head = buffered.peek(2)[:2]  # type: ignore[attr-defined]
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=buffered)  # type: ignore[return-value]
+    return buffered  # type: ignore[return-value]
+
+
+def iter_lines(stream: IO[bytes], name: str = "log") -> Iterator[tuple[bytes, bool]]:
+    """Yield (line, was_cut). Reads ``MAX_LINE_BYTES`` per line at most; refuses binary input."""
+    first = True
+    while True:
+        try:
+            line = stream.readline(MAX_LINE_BYTES)
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise LogFormatError(f"{name}: cannot read: {exc}", field="PATH") from None
+        if not line:
+            return
+        if first:
+            first = False
+            if b"\x00" in line[:SNIFF_BYTES]:
+                raise LogFormatError(f"{name} is a binary file, not a text log", field="PATH")
+        cut = False
+        if len(line) >= MAX_LINE_BYTES and not line.endswith(b"\n"):
+            cut = True
+            while True:  # skip the rest of an over-long line, in bounded chunks
+                rest = stream.readline(MAX_LINE_BYTES)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        yield line, cut
+
+
+@dataclass
+class _Scan:
+    sglang: sglang_logs.SglangLogParser
+    vllm: vllm_logs.VllmLogParser
+    stats: LogStats
+    samples: list[str]
+
+
+def scan(lines: Iterable[tuple[bytes, bool]]) -> _Scan:
+    """Feed every line to both grammars (cheap: one trigger search per line)."""
+    sg, vl = sglang_logs.SglangLogParser(), vllm_logs.VllmLogParser()
+    n = nbytes = recognised = requests = unparsed = cut = nul = 0
+    samples: list[str] = []
+    t0 = time.perf_counter()
+    for n, (raw, was_cut) in enumerate(lines, 1):
+        nbytes += len(raw)
+        cut += was_cut
+        if TRIGGER.search(raw):
+            text = raw.decode("utf-8", "replace")
+            a = sg.feed(n, text)
+            b = vl.feed(n, text)
+            if a or b:
+                recognised += 1
+                continue
+        if REQUEST_LINE.search(raw):
+            requests += 1
+            continue
+        if b"\x00" in raw:
+            nul += 1
+        if MEMORYISH.search(raw):
+            unparsed += 1
+            if len(samples) < MAX_UNPARSED_SAMPLES:
+                samples.append(sglang_logs.evidence(n, sglang_logs.clean(raw.decode("utf-8", "replace"))))
+    stats = LogStats(n, nbytes, recognised, requests, unparsed, cut, time.perf_counter() - t0)
+    return _Scan(sg, vl, stats, samples)
+
+
+# ---------------------------------------------------------------------------------------------
+# The use-case
+# ---------------------------------------------------------------------------------------------
+
+def diagnose_text(text: str, **kwargs: Any) -> DoctorReport:
+    """Convenience for tests and the Python API: a log given as a string."""
+    return diagnose_stream(io.BytesIO(text.encode("utf-8")), name="log", **kwargs)
+
+
+def diagnose_path(path: str, **kwargs: Any) -> DoctorReport:
+    if path != "-" and os.path.isdir(path):
+        return diagnose_probe_dir(path, **kwargs)
+    stream = open_log(path)
+    try:
+        return diagnose_stream(stream, name="stdin" if path == "-" else path, **kwargs)
+    finally:
+        if path != "-":
+            stream.close()
+
+
+def diagnose_stream(stream: IO[bytes], *, name: str = "log", engine: str | None = None,
+                    model: str | None = None, against: Timeline | None = None) -> DoctorReport:
+    s = scan(iter_lines(stream, name))
+    if s.stats.lines == 0:
+        raise LogFormatError(f"{name} is empty", field="PATH")
+    sg_log, vl_log = s.sglang.result(), s.vllm.result()
+    if engine is None:
+        if sg_log.is_empty and vl_log.is_empty:
+            raise LogFormatError(
+                f"{name}: no SGLang or vLLM startup lines found in {s.stats.lines:,} lines "
+                "(expected e.g. 'Load weight end. … avail mem=' or 'Available KV cache memory:')",
+                field="PATH", fix="pass --engine sglang|vllm to read it anyway")
+        engine = "sglang" if _score(sg_log) >= _score(vl_log) else "vllm"
+    if engine not in ENGINES:
+        raise LogFormatError(f"unknown engine {engine!r}", field="--engine", fix="use sglang or vllm")
+    if engine == "sglang":
+        report = _report_sglang(sg_log, s, model)
+    else:
+        report = _report_vllm(vl_log, s, model)
+    if against is not None:
+        report = _with_comparison(report, against)
+    return report
+
+
+def _score(log: Any) -> int:
+    strong = 0
+    if isinstance(log, sglang_logs.SglangLog):
+        strong = 5 * bool(log.server_args or log.launch_flags) + 2 * len(log.ranks)
+    else:
+        strong = 5 * bool(log.non_default_args or log.engine_config or log.launch_flags or log.version_printed) + 2 * len(log.workers)
+    return log.matched_lines + strong
+
+
+def _version(printed: str | None, spec: str) -> tuple[str | None, dict[str, Any]]:
+    extra: dict[str, Any] = {}
+    if printed:
+        return printed, {"engine_version_source": "printed"}
+    if spec:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            SpecifierSet(spec)
+            extra["engine_version_range"] = spec
+            extra["engine_version_source"] = "inferred from log line formats"
+        except InvalidSpecifier:
+            pass
+    return None, extra
+
+
+def _common_findings(an: Analysis, s: _Scan, starts_seen: int) -> None:
+    if s.stats.unparsed:
+        an.add(UNPARSED_LINES, INFO, f"{s.stats.unparsed:,} memory-related line(s) were not understood; see 'unparsed'",
+               tuple(s.samples[:3]), None)
+    if starts_seen > 1:
+        an.add(RESTARTS, INFO, f"the log holds {starts_seen} server starts; the figures are from the last one", (), None)
+    if s.stats.cut_lines:
+        an.add(UNPARSED_LINES, WARNING, f"{s.stats.cut_lines} line(s) longer than {MAX_LINE_BYTES:,} bytes were cut", (), None)
+
+
+def _model_from(flags: dict[str, Any], model: str | None) -> str | None:
+    if model:
+        return model
+    for key in ("model_path", "model", "served_model_name"):
+        v = flags.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def _build(engine: str, version: str | None, vextra: dict, model: str | None, an: Analysis, ranks: list,
+           flags: dict, sources: dict, s: _Scan) -> DoctorReport:
+    extra = dict(vextra)
+    extra.update(an.extra)
+    estimated = tuple(k for k in ("kv_cell_bytes_estimated",) if k in extra)
+    tl = Timeline(
+        source="log", engine=engine, engine_version=version, model=model, gpu=None,
+        starts=an.starts, error=an.error, kv_cache_tokens=an.kv_cache_tokens,
+        max_running_requests=an.max_running_requests, kv_cell_bytes=an.kv_cell_bytes,
+        kv_cache_bytes=an.kv_cache_bytes, weights_bytes=an.weights_bytes, ranks=tuple(ranks),
+        fix=tuple(Fix(f, v, why) for f, v, why in an.fix), extra=extra, estimated=estimated,
+    )
+    return DoctorReport(tl, tuple(sort_findings(an.findings)), tuple(an.checks), tuple(s.samples), s.stats,
+                        flags=flags, flag_sources=sources)
+
+
+def _report_sglang(log: sglang_logs.SglangLog, s: _Scan, model: str | None) -> DoctorReport:
+    flags, sources = sglang_logs.effective_flags(log)
+    model_name = _model_from(flags, model)
+    cell = _sglang_cell_bytes(model_name, flags, log)
+    an = analyze_sglang(log, cell_bytes=cell)
+    version, vextra = _version(log.version_printed, sglang_logs.version_specifier(log.version_markers))
+    _common_findings(an, s, log.starts_seen)
+    if log.is_empty:
+        an.add(NO_MEMORY_LINES, WARNING, "no SGLang memory lines found", (), None)
+    if model_name is None:
+        cls = next((ld.model_class for r in log.ranks.values() for ld in r.loads if ld.model_class), None)
+        if cls:
+            an.extra["model_class"] = cls
+    ranks = sglang_logs.rank_timelines(log)
+    return _build("sglang", version, vextra, model_name, an, ranks, flags, sources, s)
+
+
+def _report_vllm(log: vllm_logs.VllmLog, s: _Scan, model: str | None) -> DoctorReport:
+    flags, sources = vllm_logs.effective_flags(log)
+    model_name = _model_from(flags, model)
+    spec = vllm_logs.version_specifier(log.version_markers)
+    an = analyze_vllm(log, log.version_printed, spec)
+    version, vextra = _version(log.version_printed, spec)
+    _common_findings(an, s, log.starts_seen)
+    if log.is_empty:
+        an.add(NO_MEMORY_LINES, WARNING, "no vLLM memory lines found: nothing to check", tuple(s.samples[:3]), None)
+    ranks = vllm_logs.rank_timelines(log)
+    return _build("vllm", version, vextra, model_name, an, ranks, flags, sources, s)
+
+
+def _sglang_cell_bytes(model: str | None, flags: dict, log: Any) -> int | None:
+    """Exact KV bytes per token from the bundled model catalog, when the lead's engine module can
+    compute it; ``None`` otherwise (the doctor then estimates it from the printed sizes)."""
+    if not model:
+        return None
+    try:
+        from .engines.sglang import memory as sglang_memory  # noqa: F401
+    except ImportError:
+        return None
+    fn = getattr(sglang_memory, "cell_size_bytes_for", None)
+    if fn is None:
+        return None
+    try:
+        return fn(model, tp_size=int(flags.get("tp_size") or 1), kv_cache_dtype=str(flags.get("kv_cache_dtype") or "auto"))
+    except Exception:  # noqa: BLE001 - an unknown model just means no exact cell size
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe directories and --against
+# ---------------------------------------------------------------------------------------------
+
+def diagnose_probe_dir(path: str, **_: Any) -> DoctorReport:
+    try:
+        from .probe.timeline import timeline_from_probe_dir  # type: ignore[import-not-found]
+    except ImportError:
+        raise LogFormatError(f"{path} is a directory, and reading probe records needs kvscope.probe.timeline, "
+                             "which this install lacks", field="PATH") from None
+    tl = timeline_from_probe_dir(path)
+    stats = LogStats(0, 0, 0, 0, 0, 0, 0.0)
+    return DoctorReport(tl, (), (), (), stats)
+
+
+def load_against(path: str) -> Timeline:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise LogFormatError(f"no such file: {path}", field="--against") from None
+    except (OSError, ValueError) as exc:
+        raise LogFormatError(f"{path} is not a plan JSON: {exc}", field="--against") from None
+    if isinstance(data, dict) and "timeline" in data and isinstance(data["timeline"], dict):
+        data = data["timeline"]
+    if not isinstance(data, dict) or "ranks" not in data:
+        raise LogFormatError(f"{path} is not a `kvscope plan --json` output (no 'ranks')", field="--against")
+    try:
+        return timeline_from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LogFormatError(f"{path}: malformed timeline: {exc}", field="--against") from None
+
+
+def compare(observed: Timeline, predicted: Timeline) -> list[dict[str, Any]]:
+    """Phase by phase and figure by figure: observed (log) vs predicted (plan), bytes and delta."""
+    rows: list[dict[str, Any]] = []
+    for key in ("kv_cache_tokens", "kv_cache_bytes", "weights_bytes", "max_running_requests", "kv_cell_bytes"):
+        o, p = getattr(observed, key), getattr(predicted, key)
+        if o is not None or p is not None:
+            rows.append({"what": key, "rank": None, "observed": o, "predicted": p,
+                         "delta": None if o is None or p is None else o - p})
+    pred_ranks = {r.rank: r for r in predicted.ranks}
+    fallback = predicted.ranks[0] if predicted.ranks else None
+    for r in observed.ranks:
+        pr = pred_ranks.get(r.rank, fallback)
+        if pr is None:
+            continue
+        for ph in r.phases:
+            pp = pr.phase(ph.name)
+            for attr in ("free_bytes_before", "free_bytes_after", "used_bytes"):
+                o = getattr(ph, attr)
+                p = getattr(pp, attr) if pp is not None else None
+                if o is None and p is None:
+                    continue
+                rows.append({"what": f"{ph.name}.{attr}", "rank": r.rank, "observed": o, "predicted": p,
+                             "delta": None if o is None or p is None else o - p,
+                             "estimated": bool(pp.estimated) if pp is not None else None})
+    return rows
+
+
+def _with_comparison(report: DoctorReport, against: Timeline) -> DoctorReport:
+    rows = compare(report.timeline, against)
+    findings = list(report.findings)
+    for row in rows:
+        if row["what"] in ("kv_cache_tokens",) and row["delta"] is not None and row["predicted"]:
+            rel = row["delta"] / row["predicted"]
+            if abs(rel) > 0.02:
+                findings.append(Finding("plan-disagrees", WARNING,
+                                        f"the log's KV pool ({row['observed']:,} tokens) differs from the plan "
+                                        f"({row['predicted']:,}) by {rel:+.1%}", (), None))
+    return DoctorReport(report.timeline, tuple(sort_findings(findings)), report.checks, report.unparsed_samples,
+                        report.stats, report.flags, report.flag_sources, tuple(rows))
