@@ -214,7 +214,9 @@ def diagnose_path(path: str, **kwargs: Any) -> DoctorReport:
 
 
 def diagnose_stream(stream: IO[bytes], *, name: str = "log", engine: str | None = None,
-                    model: str | None = None, against: Timeline | None = None) -> DoctorReport:
+                    model: str | None = None, against: Timeline | None = None,
+                    assume: dict[str, Any] | None = None) -> DoctorReport:
+    """``assume``: flags the user knows but the log does not print (``{"tp_size": 4}``); the log wins."""
     s = scan(iter_lines(stream, name))
     if s.stats.lines == 0:
         raise LogFormatError(f"{name} is empty", field="PATH")
@@ -228,9 +230,18 @@ def diagnose_stream(stream: IO[bytes], *, name: str = "log", engine: str | None 
         engine = "sglang" if _score(sg_log) >= _score(vl_log) else "vllm"
     if engine not in ENGINES:
         raise LogFormatError(f"unknown engine {engine!r}", field="--engine", fix="use sglang or vllm")
+    assume = dict(assume or {})
     if engine == "sglang":
+        for k, v in assume.items():
+            if k not in sg_log.launch_flags and k not in sg_log.server_args:
+                sg_log.launch_flags[k] = v
+                sg_log.assumed.add(k)
         report = _report_sglang(sg_log, s, model)
     else:
+        for k, v in assume.items():
+            if k not in vl_log.launch_flags and k not in vl_log.non_default_args and k not in vl_log.engine_config:
+                vl_log.launch_flags[k] = v
+                vl_log.assumed.add(k)
         report = _report_vllm(vl_log, s, model)
     if against is not None:
         report = _with_comparison(report, against)
@@ -329,21 +340,42 @@ def _report_vllm(log: vllm_logs.VllmLog, s: _Scan, model: str | None) -> DoctorR
 
 
 def _sglang_cell_bytes(model: str | None, flags: dict, log: Any) -> int | None:
-    """Exact KV bytes per token from the bundled model catalog, when the lead's engine module can
-    compute it; ``None`` otherwise (the doctor then estimates it from the printed sizes)."""
+    """Exact KV bytes per token per rank for a model the catalog knows, through the SGLang engine
+    module (``engines/sglang/memory.py::cell_size``); ``None`` when the model is unknown (the doctor
+    then estimates the cell from the printed sizes and says so)."""
     if not model:
         return None
     try:
-        from .engines.sglang import memory as sglang_memory  # noqa: F401
-    except ImportError:
+        from packaging.version import Version
+
+        from .engines.sglang.memory import cell_size, kv_cache_dtype
+        from .model.load import load_spec
+
+        spec, _ = load_spec(model)
+        version = Version(log.version_printed) if log.version_printed else Version(_representative(log))
+        tp = int(flags.get("tp_size") or 1)
+        dp = int(flags.get("dp_size") or 1)
+        attn_tp = max(1, tp // dp) if flags.get("enable_dp_attention") else tp
+        kv_flag = str(flags.get("kv_cache_dtype") or "auto")
+        _, e = kv_cache_dtype(spec, kv_flag)
+        return cell_size(spec, version, attn_tp=attn_tp, kv_bytes=e, kv_flag=kv_flag).cell_bytes
+    except Exception:  # noqa: BLE001 - an unknown model or version just means no exact cell size
         return None
-    fn = getattr(sglang_memory, "cell_size_bytes_for", None)
-    if fn is None:
-        return None
+
+
+def _representative(log: Any) -> str:
+    """A released version inside the range the log's formats imply (for version-dependent formulas)."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    known = ["0.4.6.post5", "0.4.10.post2", "0.5.3", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11",
+             "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.18", "0.5.20", "0.5.23"]
     try:
-        return fn(model, tp_size=int(flags.get("tp_size") or 1), kv_cache_dtype=str(flags.get("kv_cache_dtype") or "auto"))
-    except Exception:  # noqa: BLE001 - an unknown model just means no exact cell size
-        return None
+        s = SpecifierSet(sglang_logs.version_specifier(log.version_markers))
+    except Exception:  # noqa: BLE001
+        return "0.5.9"
+    fits = [v for v in known if Version(v) in s]
+    return fits[-1] if fits else "0.5.9"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -261,7 +261,20 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
         used_mfs = mfs if mfs is not None else next((e.values.get("mem_fraction_static") for e in fail_events if e.values.get("mem_fraction_static")), None)
         if pre is not None and post is not None and used_mfs is not None:
             slack = pre * (1 - used_mfs)
-            parts.append(f"; post-load free {post:.2f} GiB < slack {pre:.2f} × (1 − {used_mfs}) = {slack:.2f} GiB")
+            if post - mm <= slack:
+                parts.append(f"; post-load free {post:.2f} GiB ≤ slack {pre:.2f} × (1 − {used_mfs:g}) = {slack:.2f} GiB")
+            else:
+                parts.append(f"; yet at {used_mfs:g} the slack would be {pre:.2f} × (1 − {used_mfs:g}) = {slack:.2f} GiB, "
+                             f"below the {post:.2f} GiB free after weights")
+        if negative and cell_bytes and pre is not None and post is not None:
+            rest = negative[0].values["profiled"] * cell_bytes / GiB
+            implied = effective_mem_fraction_static(pre, post, rest, mm)
+            an.extra["effective_mem_fraction_static"] = round(implied, 4)
+            parts.append(f"; {negative[0].values['profiled']:,} tokens × {cell_bytes:,} B = {rest:.2f} GiB of budget, "
+                         f"which implies an effective mem_fraction_static ≈ {implied:.3f}")
+            if mfs is not None and abs(implied - mfs) > 0.01:
+                parts.append(f"(not the {mfs:g} passed: SGLang changed it, e.g. ×0.85 for attention_backend=aiter "
+                             "with context > 8192, or ×0.9 for multimodal models in 0.4.x)")
         minimum = msg_min if msg_min is not None else min_mfs
         fix = None
         if minimum is not None:
@@ -302,7 +315,7 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
             if not agrees:
                 msg = (f"{kv_gib:.2f} GiB of KV at post-load {post:.2f} GiB and baseline {pre:.2f} GiB implies "
                        f"mem_fraction_static ≈ {eff:.3f} (range {lo:.3f}–{hi:.3f}), not {mfs:g}")
-                msg += f" (from the {'server_args dump' if src == 'server_args' else 'launch command'})"
+                msg += f" (from {'the server_args dump' if src == 'server_args' else 'the launch command' if src == 'launch command' else src})"
                 if eff > mfs:
                     msg += ("; under that flag the KV budget would be "
                             f"{post - mm - pre * (1 - mfs):.2f} GiB")
@@ -374,12 +387,19 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
 
 
 def _token_bounds(pre: float, post: float, mfs: float, mm: float, cell: int, page: int) -> tuple[int, int]:
+    """The engine's own profile (``engines/sglang/memory.py::profile``, measured-input mode) run at
+    the corners of the printed figures' rounding (±0.005 GiB each)."""
+    from packaging.version import Version
+
+    from .engines.sglang.memory import profile, round_to_page
+
     h = PRINT_HALF_STEP_GIB
     out = []
     for p in (pre - h, pre + h):
         for a in (post - h, post + h):
-            rest = a - p * (1 - mfs) - mm
-            out.append(int(rest * GiB) // cell // page * page)
+            prof, _ = profile(Version("0.5.9"), pre_model_load_gib=p, available_gpu_gib=a, mem_fraction_static=mfs,
+                              cell_bytes=cell, mm_reservation=mm)
+            out.append(round_to_page(prof.profiled_tokens, page))
     return min(out), max(out)
 
 

@@ -12,6 +12,7 @@ from ..engines.sglang.plan import Measured, plan_sglang
 from ..errors import FlagError
 from ..hardware.gpus import get_gpu, gpu_names
 from ..model.load import load_spec
+from ..model.safetensors import checkpoint_tensors, exact_weights_per_rank
 from ..report.sglang_text import render_sglang
 from ..units import gib_to_bytes
 
@@ -101,7 +102,12 @@ def run(args: argparse.Namespace) -> int:
             post_load_free_bytes=tuple(gib_to_bytes(x) for x in args.post_load_free_gib) if args.post_load_free_gib else None,
         )
         draft = load_spec(args.speculative_draft_model_path)[0] if args.speculative_draft_model_path else None
-        t = plan_sglang(spec, gpu, a, args.engine_version, measured, draft)
+        exact = None
+        if _src.checkpoint_dir is not None:
+            tensors = checkpoint_tensors(_src.checkpoint_dir)
+            if tensors:
+                exact = exact_weights_per_rank(tensors, a.tp_size, spec.num_key_value_heads)[1]
+        t = plan_sglang(spec, gpu, a, args.engine_version, measured, draft, exact)
         text = render_sglang(t) if not args.json else None
     if args.json:
         json.dump(t.to_dict(), sys.stdout, indent=2)

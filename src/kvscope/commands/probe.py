@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kvscope.probe.live import read_live, write_live
-    from kvscope.probe.records import attachment_report, load_probe_dir, render_attachment
+    from kvscope.probe.records import render_attachment, report_for_dir
     from kvscope.probe.runner import prepare_out_dir, run_under_probe
     from kvscope.probe.timeline import timeline_from_probe_dir
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_under_probe(cmd, args.out, stop_after_startup=args.stop_after_startup,
                                  settle_s=args.settle, timeout_s=args.timeout)
         rc = 0 if result.stopped_after_startup and not args.timeout else result.returncode
-    report = attachment_report(load_probe_dir(args.out))
+    report = report_for_dir(args.out)
     timeline = timeline_from_probe_dir(args.out)
     _dump(os.path.join(args.out, "attachment.json"), report.to_dict())
     _dump(os.path.join(args.out, "timeline.json"), timeline.to_dict())

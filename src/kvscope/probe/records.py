@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from kvscope.errors import KvscopeError
-from kvscope.probe.targets import Target, all_targets, version_matches
+from kvscope.probe.targets import Target, all_targets, targets_from_json, version_matches
 
 
 @dataclass(frozen=True)
@@ -178,3 +178,16 @@ def render_attachment(report: AttachmentReport) -> str:
     if report.never_fired:
         lines.append("  attached but never called: " + ", ".join(report.never_fired))
     return "\n".join(lines)
+
+
+def targets_for_dir(path: str) -> tuple[Target, ...]:
+    """The targets a run used (its ``targets.json``); the current tables when absent."""
+    tpath = os.path.join(path, "targets.json")
+    if os.path.exists(tpath):
+        with open(tpath, encoding="utf-8") as fh:
+            return targets_from_json(json.load(fh))
+    return all_targets()
+
+
+def report_for_dir(path: str) -> AttachmentReport:
+    return attachment_report(load_probe_dir(path), targets_for_dir(path))

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from kvscope.errors import KvscopeError
 from kvscope.probe.targets import Target, all_targets, targets_to_json
@@ -42,11 +42,13 @@ class RunResult:
     returncode: int
     stopped_after_startup: bool
     wall_s: float
+    stdout: str | None = None  # only when ``stdout=subprocess.PIPE`` was passed
 
 
 def run_under_probe(cmd: Sequence[str], out_dir: str, *, stop_after_startup: bool = False,
                     settle_s: float = 5.0, timeout_s: float | None = None,
-                    env: dict[str, str] | None = None) -> RunResult:
+                    env: dict[str, str] | None = None, cwd: str | None = None,
+                    stdout: Any = None, stderr: Any = None) -> RunResult:
     """Run ``cmd`` with the agent loaded in every Python process; return its exit status.
 
     ``stop_after_startup``: once some process has recorded the end of startup and no record was
@@ -58,7 +60,8 @@ def run_under_probe(cmd: Sequence[str], out_dir: str, *, stop_after_startup: boo
                            fix="kvscope probe --out DIR -- python -m sglang.launch_server ...")
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(list(cmd), env=probe_env(out_dir, env), start_new_session=True)
+        proc = subprocess.Popen(list(cmd), env=probe_env(out_dir, env), cwd=cwd, stdout=stdout,
+                                stderr=stderr, start_new_session=True)
     except OSError as exc:
         raise KvscopeError(f"cannot run {cmd[0]}: {exc.strerror or exc}", field="CMD") from exc
 
@@ -85,7 +88,8 @@ def run_under_probe(cmd: Sequence[str], out_dir: str, *, stop_after_startup: boo
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    return RunResult(rc, stopped, time.monotonic() - t0)
+    captured = proc.stdout.read().decode("utf-8", "replace") if proc.stdout else None
+    return RunResult(rc, stopped, time.monotonic() - t0, captured)
 
 
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:

@@ -117,3 +117,9 @@ def all_targets() -> tuple[Target, ...]:
 
 def targets_to_json(targets: Iterable[Target]) -> list[dict[str, Any]]:
     return [t.to_dict() for t in targets]
+
+
+def targets_from_json(items: Iterable[Mapping[str, Any]]) -> tuple[Target, ...]:
+    """Inverse of ``targets_to_json`` (a probe directory's ``targets.json``)."""
+    names = set(Target.__dataclass_fields__)
+    return tuple(Target(**{k: v for k, v in d.items() if k in names}) for d in items)

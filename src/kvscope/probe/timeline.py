@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kvscope.probe.records import ProcessRecords, attachment_report, load_probe_dir, rank_label
+from kvscope.probe.records import (
+    ProcessRecords,
+    attachment_report,
+    load_probe_dir,
+    rank_label,
+    targets_for_dir,
+)
 from kvscope.timeline import PHASE_LOAD_DRAFT, PHASE_LOAD_WEIGHTS, PHASE_ORDER, Phase, RankTimeline, Timeline
 
 GIB = 1 << 30
@@ -26,7 +32,7 @@ def timeline_from_probe_dir(path: str) -> Timeline:
     procs = load_probe_dir(path)
     live = [r for p in procs for r in p.events("live")]
     engine_procs = [p for p in procs if p.events("call")]
-    report = attachment_report(procs)
+    report = attachment_report(procs, targets_for_dir(path))
     engine = report.engine or (live[0].get("engine") if live else None) or "unknown"
     ranks = []
     shared: dict[str, Any] = {}

@@ -214,6 +214,7 @@ class SglangLog:
     kv_dtype: str | None = None
     matched_lines: int = 0
     starts_seen: int = 0
+    assumed: set[str] = field(default_factory=set)  # flags given with --set, not in the log
 
     def first(self, kind: str) -> Event | None:
         evs = self.events.get(kind)
@@ -614,7 +615,7 @@ def effective_flags(log: SglangLog) -> tuple[dict[str, Any], dict[str, str]]:
     source: dict[str, str] = {}
     for key, value in log.launch_flags.items():
         flags[key] = value
-        source[key] = "launch command"
+        source[key] = "assumed (--set)" if key in log.assumed else "launch command"
     for key, value in log.server_args.items():
         flags[key] = value
         source[key] = "server_args"

@@ -302,8 +302,10 @@ def max_num_reqs(v: Version, *, token_capacity: int, profiled_tokens: int, conte
     """(req_to_token_pool size, max_running_requests per DP worker).
 
     v0.5.23 ``resolve_max_num_reqs`` (kv_cache_configurator.py l.3119) on the final capacity;
-    v0.5.9 ``init_memory_pool``: estimate from the *profiled* T, then
-    ``max_running_requests = min(T // 2 or user // dp, pool size)`` (model_runner.py l.593).
+    v0.5.9 ``init_memory_pool`` (mixin l.339): estimate from the *profiled* T, then
+    ``max_running_requests = min(T // 2 or user // dp, pool size)`` (model_runner.py l.593);
+    v0.4.6 (model_runner.py l.845, tp_worker.py l.119): pool ``size = max_num_reqs + 1`` and
+    ``max_running_requests = min(T // 2 or user, pool.size)`` — hence logs printing 2049.
     """
     if at_least(v, "0.5.14"):
         estimated = int(token_capacity / context_len * 512)
@@ -319,14 +321,20 @@ def max_num_reqs(v: Version, *, token_capacity: int, profiled_tokens: int, conte
         max(int(profiled_tokens / context_len * 512), 2048), 4096)
     if mamba_cap is not None:
         pool = min(pool, mamba_cap)
+    if not at_least(v, "0.5.0"):
+        pool += 1  # ReqToTokenPool(size=max_num_reqs + 1)
+        running = token_capacity // 2 if max_running_requests is None else max_running_requests
+        return pool, min(running, pool)
     running = token_capacity // 2 if max_running_requests is None else max_running_requests // attn_dp_size
     return pool, min(running, pool)
 
 
-def req_to_token_bytes(pool_size: int, context_len: int, draft_tokens: int = 0) -> int:
-    """``ReqToTokenPool``: int32 [(size + 1) x (context_len + 4 + speculative_num_draft_tokens)]
-    (mem_cache/memory_pool.py l.402-407, kv_cache_configurator.py l.884 @ v0.5.23)."""
-    return (pool_size + 1) * (context_len + 4 + draft_tokens) * 4
+def req_to_token_bytes(v: Version, pool_size: int, context_len: int, draft_tokens: int = 0) -> int:
+    """``ReqToTokenPool``: int32 [rows x (context_len + 4 [+ speculative_num_draft_tokens])]; rows =
+    size + 1 padding row from v0.5.14 (mem_cache/memory_pool.py l.402 @ v0.5.23), size before
+    (memory_pool.py l.144 @ v0.5.9; v0.4.6 passed size = max_num_reqs + 1 already)."""
+    rows = pool_size + 1 if at_least(v, "0.5.14") else pool_size
+    return rows * (context_len + 4 + draft_tokens) * 4
 
 
 def kv_buffer_bytes(tokens: int, page_size: int, per_token_bytes: int) -> int:

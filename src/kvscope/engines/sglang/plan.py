@@ -101,7 +101,9 @@ def _draft_weights_bytes(spec: ModelSpec, a: SGLangArgs, draft: ModelSpec | None
 
 
 def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = None,
-                measured: Measured | None = None, draft: ModelSpec | None = None) -> Timeline:
+                measured: Measured | None = None, draft: ModelSpec | None = None,
+                exact_weights_per_rank: int | None = None) -> Timeline:
+    """Simulate one SGLang start. ``exact_weights_per_rank``: from safetensors headers (pp=1)."""
     v = parse_version(version)
     validate(spec, a)
     measured = measured or Measured()
@@ -130,6 +132,9 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     # --- phase 2: weights (target, then draft for >=0.5.14) ---------------------------------
     w = weights_per_rank(spec, tp=a.tp_size, pp=a.pp_size, attn_tp=attn_tp)
     stage_weights = w.per_stage_bytes
+    weights_exact = exact_weights_per_rank is not None and a.pp_size == 1
+    if weights_exact:
+        stage_weights = (exact_weights_per_rank,)
     draft_w = _draft_weights_bytes(spec, a, draft)
     draft_first = at_least(v, "0.5.14")
     post = _per_rank(measured.post_load_free_bytes, world, "--post-load-free-gib")
@@ -201,7 +206,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                                          max_running_requests=a.max_running_requests, attn_dp_size=a.attn_dp_size,
                                          mamba_cap=mamba_cap)
     draft_tokens = a.speculative_num_draft_tokens or 0
-    req_bytes = mem.req_to_token_bytes(pool, context_len, draft_tokens if at_least(v, "0.5.14") else 0) if starts else 0
+    req_bytes = mem.req_to_token_bytes(v, pool, context_len, draft_tokens if at_least(v, "0.5.14") else 0) if starts else 0
     target_cell = cell_worst.cell_bytes - cell_worst.draft_bytes
     if starts and swa_tokens is not None:
         kv_alloc = (mem.kv_buffer_bytes(tokens, page, cell_worst.full_layer_bytes * cell_worst.num_full_layers)
@@ -226,7 +231,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     slack_bytes = int(prof.slack_gib * GiB)
     graph_est = int(((a.cuda_graph_max_bs or d.cuda_graph_max_bs) * 2 + (
         1536 if spec.is_mla and d.prefill_graph_tokens else d.prefill_graph_tokens * 8)) * MiB)
-    activation_est = int(max(d.chunked_prefill_size, 2048) * 1.5 * MiB)
+    activation_est = _activation_estimate(spec, d.chunked_prefill_size, a.tp_size)
     classic_draft = 0 if draft_first else draft_w + draft_kv
     headroom = slack_bytes - req_bytes - graph_est - activation_est - classic_draft - mamba_bytes * 0
     if starts and headroom < 0:
@@ -252,7 +257,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                         note=f"CUDA context ~{ctx.estimate_bytes / GiB:.2f} + communicators ~{comm.estimate_bytes / GiB:.2f} GiB (est.)")]
         target_after = p_post + (draft_w if draft_first else 0) if post_measured else p_pre - stage_weights[stage]
         phases.append(Phase(PHASE_LOAD_WEIGHTS, p_pre, target_after, estimated=not post_measured,
-                            note=f"target weights {stage_weights[stage] / GiB:.2f} GiB ({'estimated' if w.estimated else 'exact'})"))
+                            note=f"target weights {stage_weights[stage] / GiB:.2f} GiB ({'exact, safetensors headers' if weights_exact else 'estimated'})"))
         if draft_w and draft_first:
             phases.append(Phase(PHASE_LOAD_DRAFT, target_after, p_post, estimated=True,
                                 note=f"draft weights {draft_w / GiB:.2f} GiB before the profile (>=0.5.14)"))
@@ -333,6 +338,16 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
         error=error, kv_cache_tokens=tokens if starts else 0, max_running_requests=running if starts else None,
         kv_cell_bytes=cell_worst.cell_bytes, kv_cache_bytes=kv_alloc + draft_kv, weights_bytes=max(stage_weights),
         ranks=tuple(ranks), fix=tuple(fixes), extra=extra, warnings=tuple(warnings), estimated=tuple(estimated))
+
+
+def _activation_estimate(spec: ModelSpec, chunk: int, tp: int) -> int:
+    """Estimated prefill activation peak for one chunk: tokens x (gate+up width per rank + ~4 hidden) x dtype,
+    x2 for temporaries. An estimate (SGLang does not compute it; its default-fraction heuristic reserves
+    chunk x 1.5 MiB, which is far more conservative)."""
+    width = spec.intermediate_size
+    if spec.moe is not None:
+        width = max(width, spec.moe.num_experts_per_tok * spec.moe.moe_intermediate_size)
+    return max(chunk, 1) * (2 * width // tp + 4 * spec.hidden_size) * spec.dtype_bytes * 2
 
 
 def _ceil3(x: float) -> float:

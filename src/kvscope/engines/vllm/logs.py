@@ -161,6 +161,7 @@ class VllmLog:
     block_size: int | None = None
     matched_lines: int = 0
     starts_seen: int = 0
+    assumed: set[str] = field(default_factory=set)  # flags given with --set, not in the log
 
     def first(self, kind: str) -> Event | None:
         evs = self.events.get(kind)
@@ -549,7 +550,7 @@ def effective_flags(log: VllmLog) -> tuple[dict[str, Any], dict[str, str]]:
             if key == "max_seq_len":
                 key = "max_model_len"
             flags[key] = value
-            source[key] = src
+            source[key] = "assumed (--set)" if key in log.assumed and src == "launch command" else src
     return flags, source
 
 

@@ -1,0 +1,383 @@
+"""vLLM V1 startup memory: requested memory, the profile terms, available KV memory, blocks.
+
+Sequence (``vllm/v1/worker/gpu_worker.py`` and ``vllm/v1/engine/core.py`` @ v0.33.0, spec §1):
+init (CUDA context, NCCL, custom all-reduce) → ``init_snapshot`` + ``request_memory`` → load weights
+("Model loading took") → ``determine_available_memory`` (profile run at ``max_num_batched_tokens``,
+CUDA-graph estimate) → ``get_kv_cache_configs`` (groups, num_blocks = min over workers, admission
+check) → KV allocation → CUDA graph capture (after KV, outside the budget unless estimated).
+
+The profile terms are measurements in vLLM; here they are **estimates** from the model spec with
+stated bounds (calibrated on the H100 llm-d sweep logs in ``shared/logs``), each replaceable by a
+measured figure (``VllmMeasured``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ...hardware.gpus import GPU
+from ...model.spec import ModelSpec
+from ...units import GiB, MiB
+from . import kv_cache as kvc
+from .args import VersionTraits, VllmArgs
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A named figure: value with low/high bounds and where it came from."""
+
+    name: str
+    bytes: int
+    low_bytes: int
+    high_bytes: int
+    estimated: bool
+    source: str
+
+
+def measured(name: str, value_bytes: int, source: str = "measured (given)") -> Estimate:
+    return Estimate(name, value_bytes, value_bytes, value_bytes, False, source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Budget
+
+
+def requested_memory_bytes(total_bytes: int, util: float, traits: VersionTraits) -> int | float:
+    """``request_memory``: ``math.ceil(total * util)`` (vllm/v1/worker/utils.py @ v0.14.1+);
+    a float ``total * util`` before (gpu_worker.py ``init_device`` @ v0.10.2 / v0.11.0)."""
+    if traits.requested_memory_ceil:
+        return math.ceil(total_bytes * util)
+    return total_bytes * util
+
+
+def request_memory_error(free_bytes: int, total_bytes: int, util: float, requested: int | float,
+                         traits: VersionTraits, device: str = "cuda:0") -> str:
+    """"Free memory on device ... is less than desired GPU memory utilization" (utils.py @ v0.19.0
+    ``request_memory``; inline without the device in gpu_worker.py @ v0.10.2 / v0.11.0)."""
+    dev = f" {device}" if traits.requested_memory_ceil else ""
+    return (f"Free memory on device{dev} "
+            f"({kvc.format_gib(free_bytes)}/{kvc.format_gib(total_bytes)} GiB) on startup "
+            f"is less than desired GPU memory utilization "
+            f"({util}, {kvc.format_gib(requested)} GiB). Decrease GPU memory "
+            f"utilization or reduce GPU memory used by other processes.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Profile-term estimates (vLLM measures these; kvscope models them)
+
+# Bytes per logit element at the sampler peak of the dummy sampler run, fit to the H100 logs:
+# Llama-3.1-8B 1.89 GiB, Qwen3-14B (0.17) 2.23 GiB, gpt-oss-20b 2.87 GiB at 1024 dummy requests
+# give 14.7-15.0 B/logit (fp32 logits + triton top-k/top-p buffers, topk_topp_sampler.py @ v0.17.0).
+SAMPLER_BYTES_PER_LOGIT = 14.9
+# Before v0.17.0 top-k/top-p sorted the full vocab (values fp32 + int64 indices + scatter copy):
+# Qwen3-14B at 0.16.0 printed 5.64 GiB -> 35.7 B/logit.
+SAMPLER_SORT_BYTES_PER_LOGIT = 35.7
+# Forward peak per token, in hidden-size units of the model dtype, beyond the MLP/MoE buffers:
+# residual, normed input, attention output, qkv and the kept hidden states (fit: Mixtral TP2 1.21 GiB).
+FORWARD_HIDDEN_COPIES = 7
+
+
+def vocab_padded(vocab: int) -> int:
+    """``pad_vocab_size(vocab, 64)`` (vllm/model_executor/layers/vocab_parallel_embedding.py)."""
+    return -(-vocab // 64) * 64
+
+
+def activation_peak_estimate(spec: ModelSpec, a: VllmArgs, *, is_last_pp_stage: bool = True) -> Estimate:
+    """``torch_peak_increase`` of ``profile_run``: max(forward at ``max_num_batched_tokens``,
+    dummy sampler at ``min(max_num_seqs, max_num_batched_tokens)`` requests x vocab) plus the hidden
+    states held across both (gpu_model_runner.py ``profile_run`` / ``_dummy_sampler_run`` @ v0.19.0).
+
+    Forward: dense MLP gate_up + act (3 x I/tp per token) or fused-MoE caches
+    (topk x (2I + I)/tp + topk x H per token), plus ``FORWARD_HIDDEN_COPIES`` x H.
+    Estimated; bounds -30 % / +50 % (the fit residuals on the H100 logs are within 5 %).
+    """
+    n = a.max_num_batched_tokens
+    e = spec.dtype_bytes
+    h = spec.hidden_size
+    tp = a.tp
+    if spec.moe is not None and "moe" in spec.ffn_types:
+        inter = -(-spec.moe.moe_intermediate_size // tp)
+        k = spec.moe.num_experts_per_tok
+        ffn = k * (3 * inter + h) * e
+    else:
+        inter = -(-spec.intermediate_size // tp)
+        ffn = 3 * inter * e
+    forward = n * (ffn + FORWARD_HIDDEN_COPIES * h * e)
+    held = n * h * e
+    sampler = 0
+    if is_last_pp_stage:
+        num_reqs = min(a.max_num_seqs, n)
+        per_logit = SAMPLER_SORT_BYTES_PER_LOGIT if a.traits.sampler_sorts_vocab else SAMPLER_BYTES_PER_LOGIT
+        sampler = int(num_reqs * vocab_padded(spec.vocab_size) * per_logit) + held
+    peak = max(forward, sampler)
+    src = ("estimated: max(forward %.2f GiB at %d tokens, sampler %.2f GiB at %d requests x %d vocab)"
+           % (forward / GiB, n, sampler / GiB, min(a.max_num_seqs, n), vocab_padded(spec.vocab_size)))
+    return Estimate("activation_peak", peak, int(peak * 0.7), int(peak * 1.5), True, src)
+
+
+def non_torch_estimate(gpu: GPU, a: VllmArgs) -> Estimate:
+    """``non_torch_increase`` since ``init_snapshot``: cuBLAS/attention workspaces (TP1: 0.13-0.25 GiB
+    in the H100 logs) plus, with TP > 1, NCCL work buffers created at the first all-reduce
+    (H100 NVLink TP2: 2.07 GiB for both gpt-oss-20b and Mixtral). Estimated."""
+    base = int(0.2 * GiB)
+    if a.tp * a.pp == 1 and a.dp == 1:
+        return Estimate("non_torch", base, int(0.1 * GiB), int(0.4 * GiB), True,
+                        "estimated: 0.2 GiB workspaces (H100 logs: 0.13-0.25 GiB at TP1)")
+    nccl = int(1.87 * GiB) if gpu.interconnect.is_full_nvlink else int(0.6 * GiB)
+    return Estimate("non_torch", base + nccl, int((base + nccl) * 0.5), int((base + nccl) * 1.5), True,
+                    "estimated: 0.2 GiB workspaces + NCCL buffers (H100 NVLink TP2 logs: 2.07 GiB)")
+
+
+def cudagraph_estimate(spec: ModelSpec, a: VllmArgs) -> Estimate:
+    """``profile_cudagraph_memory`` (gpu_model_runner.py @ v0.20.2 / v0.33.0): first capture +
+    per-graph cost x (captures - 1). H100 logs: 0.84 GiB (Llama-3.1-8B), 0.82 (Mixtral TP2),
+    1.09 (gpt-oss-20b TP2). Estimated flat 0.9 GiB, 0 with --enforce-eager."""
+    if a.enforce_eager:
+        return Estimate("cudagraph", 0, 0, 0, False, "--enforce-eager: no CUDA graphs")
+    return Estimate("cudagraph", int(0.9 * GiB), int(0.5 * GiB), int(1.6 * GiB), True,
+                    "estimated: 0.9 GiB (H100 logs 0.82-1.09 GiB)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Available KV memory
+
+
+@dataclass(frozen=True)
+class AvailableKV:
+    requested_bytes: int | float
+    non_kv_cache_bytes: int
+    cudagraph_applied_bytes: int
+    available_kv_cache_bytes: int
+    formula: str
+
+
+def available_kv_cache_bytes(requested: int | float, weights: int, activation_peak: int, non_torch: int,
+                             cudagraph: int, traits: VersionTraits, kv_cache_memory_bytes: int | None = None
+                             ) -> AvailableKV:
+    """``determine_available_memory``.
+
+    Classic (<= v0.26): ``requested - (non_torch_increase + torch_peak_increase + weights) -
+    cudagraph_applied`` (gpu_worker.py @ v0.19.0). From v0.27.0 ``non_kv = total_consumed +
+    transient_peak_headroom`` (mem_utils.py @ v0.28.0), which the same parts approximate. The
+    CUDA-graph estimate is subtracted only where ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
+    defaults to 1 (v0.20+). ``--kv-cache-memory-bytes`` skips all of it (returned unchanged).
+    """
+    if kv_cache_memory_bytes:
+        return AvailableKV(requested, 0, 0, int(kv_cache_memory_bytes), "kv_cache_memory_bytes (profiling skipped)")
+    non_kv = weights + activation_peak + non_torch
+    applied = cudagraph if traits.cudagraph_estimate_applied else 0
+    avail = int(requested - non_kv - applied)
+    if traits.total_consumed_formula:
+        formula = "requested - (total_consumed + transient_peak_headroom) - cudagraph_estimate"
+    elif traits.cudagraph_estimate_applied:
+        formula = "requested - (weights + torch_peak_increase + non_torch_increase) - cudagraph_estimate"
+    else:
+        formula = "requested - (weights + torch_peak_increase + non_torch_increase)"
+    return AvailableKV(requested, non_kv, applied, avail, formula)
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers, layouts, KV plan
+
+
+def get_pp_indices(num_layers: int, pp_rank: int, pp: int) -> tuple[int, int]:
+    """``get_pp_indices`` (vllm/distributed/utils.py, identical v0.11.0 … v0.33.0): ``n // pp`` each,
+    the remainder +1 to partitions [-2], [-3], … (the last stage gets no extra layer)."""
+    sizes = [num_layers // pp] * pp
+    rem = num_layers % pp
+    for i in range(2, rem + 2):
+        sizes[-i] += 1
+    start = sum(sizes[:pp_rank])
+    return start, start + sizes[pp_rank]
+
+
+def kv_dtype_bytes(spec: ModelSpec, kv_cache_dtype: str) -> int:
+    """``--kv-cache-dtype auto`` = the model dtype (vLLM does not read the checkpoint's
+    kv_cache_quant_algo for ``auto`` in the V1 spec path); fp8 variants are 1 byte."""
+    if kv_cache_dtype == "auto":
+        return spec.dtype_bytes
+    return kvc.KV_CACHE_DTYPE_BYTES[kv_cache_dtype]
+
+
+def cache_layout(spec: ModelSpec, a: VllmArgs, max_model_len: int) -> kvc.CacheLayout:
+    """Block size after the hybrid-mamba alignment and the mamba page padding."""
+    e = kv_dtype_bytes(spec, a.kv_cache_dtype)
+    block = a.block_size
+    padded = None
+    mamba_block = None
+    mamba_cache_mode = "align" if (spec.mamba is not None and a.enable_prefix_caching) else "none"
+    num_spec = a.num_speculative_tokens if a.speculative_method in ("mtp", "eagle", "eagle3", "qwen3_next_mtp") else 0
+    if spec.mamba is not None and spec.num_kv_layers > 0:
+        if spec.is_mla:
+            attn_1 = kvc.mla_page_size_bytes(1, spec.kv_lora_rank or 0, spec.qk_rope_head_dim or 0, e, a.kv_cache_dtype)
+            align = a.traits.mla_hybrid_alignment
+        else:
+            attn_1 = kvc.attention_page_size_bytes(1, kvc.num_kv_heads_per_rank(spec, a.tp), spec.head_dim, e)
+            # FlashAttention kernel blocks: 16 (v0.19.0); max(16, block_size) from v0.33.0
+            align = max(16, a.block_size) if a.traits.mla_hybrid_alignment == 128 else 16
+        mamba_page = kvc.mamba_page_size_bytes(spec, a.tp, spec.dtype_bytes, num_spec)
+        block = kvc.hybrid_attention_block_size(attn_1, mamba_page, a.block_size, align)
+        attn_page = block * attn_1
+        padded = attn_page if attn_page != mamba_page else None
+        mamba_block = block if mamba_cache_mode == "align" else max_model_len
+    return kvc.CacheLayout(
+        block_size=block, kv_dtype_bytes=e, cache_dtype=a.kv_cache_dtype, tp=a.tp,
+        mamba_page_padded=padded, mamba_block_size=mamba_block, num_speculative_tokens=num_spec,
+        is_chunked_local=spec.model_type in ("llama4", "llama4_text"),
+    )
+
+
+def scheduler_view(spec: ModelSpec, a: VllmArgs, max_model_len: int) -> kvc.SchedulerView:
+    """``max_in_flight_tokens = max_concurrent_batches x max_num_batched_tokens`` (vllm/config/vllm.py
+    @ v0.26.0+; async scheduling on by default: 2 batches at PP 1, PP batches otherwise)."""
+    in_flight = a.max_num_batched_tokens
+    if a.traits.in_flight_batches:
+        in_flight *= 2 if a.pp == 1 else a.pp
+    mode = "align" if (spec.mamba is not None and a.enable_prefix_caching) else "none"
+    num_spec_blocks = 0
+    if spec.mamba is not None and a.num_speculative_tokens and a.speculative_method:
+        num_spec_blocks = a.num_speculative_tokens
+    return kvc.SchedulerView(max_model_len=max_model_len, max_num_batched_tokens=a.max_num_batched_tokens,
+                             in_flight_tokens=in_flight, mamba_cache_mode=mode,
+                             num_speculative_blocks=num_spec_blocks)
+
+
+@dataclass(frozen=True)
+class WorkerKV:
+    pp_rank: int
+    layers: tuple[int, int]
+    plan: kvc.KVCachePlan
+
+
+@dataclass(frozen=True)
+class ModelKV:
+    layout: kvc.CacheLayout
+    global_groups: tuple[kvc.KVCacheGroup, ...]
+    num_padding_layers: int
+    workers: tuple[WorkerKV, ...]  # one per PP stage (TP ranks of a stage are identical)
+
+
+def model_kv(spec: ModelSpec, a: VllmArgs, max_model_len: int, extra_layer_specs: dict | None = None) -> ModelKV:
+    """Global groups (``get_kv_cache_groups`` over the merged specs of all workers), then each PP
+    stage's projection and bytes per block."""
+    layout = cache_layout(spec, a, max_model_len)
+    specs = kvc.layer_specs(spec, layout)
+    if extra_layer_specs:
+        specs = {**specs, **extra_layer_specs}
+    groups, padding = kvc.get_kv_cache_groups(specs, a.traits)
+    workers = []
+    for r in range(a.pp):
+        lo, hi = get_pp_indices(spec.num_hidden_layers, r, a.pp)
+        own = {i for i in specs if lo <= i < hi or (i >= spec.num_hidden_layers and r == a.pp - 1)}
+        proj = kvc.project_to_worker(groups, own)
+        workers.append(WorkerKV(r, (lo, hi), kvc.make_plan(proj, padding)))
+    return ModelKV(layout, groups, padding, tuple(workers))
+
+
+# ---------------------------------------------------------------------------------------------
+# Capacity from available bytes (the measured-mode core; also what the doctor calls)
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """Outcome of ``get_kv_cache_configs`` + ``update_kv_cache_capacity`` for one DP engine."""
+
+    available_kv_cache_bytes: int  # min over workers, as passed to the planner
+    num_gpu_blocks: int
+    kv_cache_tokens: int  # "GPU KV cache size: N tokens"
+    max_concurrency: float  # "Maximum concurrency for L tokens per request: X"
+    max_model_len: int  # after auto-fit
+    bytes_per_block: int
+    needed_memory_bytes: int
+    check_memory_bytes: int  # available (minus one null block from v0.30)
+    error: str | None
+    estimated_max_model_len: int | None
+
+
+def capacity_from_available(available_per_worker: list[int], kv: ModelKV, spec: ModelSpec, a: VllmArgs,
+                            max_model_len: int) -> KVCapacity:
+    """``get_kv_cache_configs`` for one DP engine, given each PP stage's available KV bytes.
+
+    Order (kv_cache_utils.py @ v0.19.0; kv_cache_planning.py @ v0.33.0): override folded into the
+    available memory (v0.20.2+) → null-block reservation (v0.30+) → auto-fit for ``-1`` →
+    admission check per worker → ``num_blocks = available // bytes_per_block`` per worker, min over
+    workers → override (before v0.20.2) → capacity log.
+    """
+    t = a.traits
+    avail = list(available_per_worker)
+    if a.num_gpu_blocks_override is not None and t.override_folds_into_available:
+        avail = [a.num_gpu_blocks_override * w.plan.bytes_per_block if w.plan.groups else m
+                 for w, m in zip(kv.workers, avail)]
+    check = [m - w.plan.bytes_per_block if (t.null_block_reserved and w.plan.groups) else m
+             for w, m in zip(kv.workers, avail)]
+    mml = max_model_len
+    cfg = scheduler_view(spec, a, mml)
+    error = None
+    estimated = None
+    if a.max_model_len_auto:
+        fit = min(kvc.estimate_max_model_len(m, w.plan, cfg) for w, m in zip(kv.workers, check) if w.plan.groups)
+        if fit <= 0:
+            error = ("Cannot auto-fit max_model_len: not enough GPU memory available "
+                     "to serve even a single token. Try increasing `gpu_memory_utilization`.")
+        elif fit < mml:
+            mml = fit
+            cfg = cfg.with_max_model_len(mml)
+    needed = 0
+    for w, m in zip(kv.workers, check):
+        if error or not w.plan.groups:
+            continue
+        needed = max(needed, w.plan.needed_memory_bytes(cfg))
+        if t.is_v0:
+            continue
+        if m <= 0:
+            error = kvc.no_available_memory_error(t)
+        elif w.plan.needed_memory_bytes(cfg) > m:
+            estimated = kvc.estimate_max_model_len(m, w.plan, cfg)
+            error = kvc.insufficient_memory_error(mml, w.plan.needed_memory_bytes(cfg), m, estimated, t)
+    blocks = min(kvc.num_blocks_from_available(m, w.plan) for w, m in zip(kv.workers, avail))
+    if a.num_gpu_blocks_override is not None and not t.override_folds_into_available:
+        blocks = a.num_gpu_blocks_override
+    plan0 = kv.workers[0].plan
+    if plan0.is_attention_free:
+        tokens, conc = 0, 0.0
+    else:
+        tokens = kvc.kv_cache_size_tokens(blocks, plan0, cfg, t)
+        conc = (blocks * plan0.min_block_size / mml) if t.is_v0 else kvc.max_concurrency(blocks, plan0, cfg)
+    if t.is_v0 and error is None and not plan0.is_attention_free:
+        if blocks <= 0:
+            error = kvc.no_available_memory_error(t)
+        elif blocks * plan0.min_block_size < mml:
+            error = kvc.v0_cache_size_error(mml, blocks, plan0.min_block_size)
+    return KVCapacity(
+        available_kv_cache_bytes=min(avail), num_gpu_blocks=blocks, kv_cache_tokens=tokens, max_concurrency=conc,
+        max_model_len=mml, bytes_per_block=plan0.bytes_per_block, needed_memory_bytes=needed,
+        check_memory_bytes=min(check), error=error, estimated_max_model_len=estimated,
+    )
+
+
+def mamba_blocks_check(kv: ModelKV, a: VllmArgs, num_blocks: int) -> tuple[str | None, str | None]:
+    """(error, warning) of the mamba-blocks vs ``max_num_seqs`` check with FULL decode CUDA graphs:
+    v0.20.2+ raises (vllm/config/compilation.py), v0.19.0 caps the capture sizes with a warning."""
+    if a.enforce_eager or not any(w.plan.has_mamba_layers for w in kv.workers):
+        return None, None
+    if a.max_num_seqs <= num_blocks:
+        return None, None
+    if a.traits.mamba_check == "raise":
+        return kvc.mamba_max_num_seqs_error(a.max_num_seqs, num_blocks), None
+    if a.traits.mamba_check == "cap_graphs":
+        return None, (f"Capping cudagraph capture sizes to fit Mamba cache blocks ({num_blocks} blocks "
+                      f"available) (max_num_seqs={a.max_num_seqs})")
+    return None, None
+
+
+def with_available(a: VllmArgs, **kw) -> VllmArgs:
+    return replace(a, **kw)
+
+
+__all__ = [
+    "Estimate", "AvailableKV", "KVCapacity", "ModelKV", "WorkerKV", "activation_peak_estimate",
+    "available_kv_cache_bytes", "cache_layout", "capacity_from_available", "cudagraph_estimate",
+    "get_pp_indices", "kv_dtype_bytes", "mamba_blocks_check", "model_kv", "non_torch_estimate",
+    "request_memory_error", "requested_memory_bytes", "scheduler_view", "MiB",
+]
