@@ -71,8 +71,8 @@ def request_memory_error(free_bytes: int, total_bytes: int, util: float, request
 # give 14.7-15.0 B/logit (fp32 logits + triton top-k/top-p buffers, topk_topp_sampler.py @ v0.17.0).
 SAMPLER_BYTES_PER_LOGIT = 14.9
 # Before v0.17.0 top-k/top-p sorted the full vocab (values fp32 + int64 indices + scatter copy):
-# Qwen3-14B at 0.16.0 printed 5.64 GiB -> 35.7 B/logit.
-SAMPLER_SORT_BYTES_PER_LOGIT = 35.7
+# Qwen3-14B at 0.16.0 printed 5.64 GiB -> 38.4 B/logit.
+SAMPLER_SORT_BYTES_PER_LOGIT = 38.4
 # Forward peak per token, in hidden-size units of the model dtype, beyond the MLP/MoE buffers:
 # residual, normed input, attention output, qkv and the kept hidden states (fit: Mixtral TP2 1.21 GiB).
 FORWARD_HIDDEN_COPIES = 7
