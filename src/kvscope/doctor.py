@@ -47,10 +47,10 @@ TRIGGER = re.compile(
 REQUEST_LINE = re.compile(
     rb"Prefill batch|Decode batch|Avg prompt throughput|\"(?:GET|POST) /|HTTP/1\.[01]\" \d{3}|"
     rb"Received request|Finished request|Added request|Aborted request|Engine \d{3}:")
-# A line we did not understand is reported only if it looks memory-related (or is an error).
+# A line we did not understand is reported only if it looks memory-related, or is a warning or an error.
 MEMORYISH = re.compile(
     rb"(?i)\bmem(?:ory)?\b|\bGiB\b|\d\s?GB\b|\bKV\b|\bOOM\b|out of memory|cuda ?graph|#tokens|"
-    rb"\bError\b|Traceback|mem_fraction|gpu_memory_utilization")
+    rb"\bError\b|\bERROR\b|\bWARNING\b|Traceback|mem_fraction|gpu_memory_utilization|page.size")
 
 
 @dataclass(frozen=True)

@@ -605,8 +605,12 @@ def analyze_vllm(log: Any, version: str | None, spec_range: str) -> Analysis:  #
                 r, how = minus_cg, "requested − non-KV − CUDA graph estimate (vLLM ≥0.20)"
             elif cg_applied is False or not cg:
                 r, how = plain, "requested − non-KV" + (" (the CUDA graph estimate is not subtracted before 0.20)" if cg else "")
+            elif abs(minus_cg - p["available_kv_gib"]) < abs(plain - p["available_kv_gib"]):
+                r, how = minus_cg, "requested − non-KV − CUDA graph estimate (the estimate was subtracted: vLLM ≥0.20)"
+                cg_applied = True
             else:
-                r, how = (minus_cg, "requested − non-KV − CUDA graph estimate") if abs(minus_cg - p["available_kv_gib"]) < abs(plain - p["available_kv_gib"]) else (plain, "requested − non-KV")
+                r, how = plain, "requested − non-KV (the CUDA graph estimate was not subtracted: vLLM <0.20)"
+                cg_applied = False
             an.check(f"{w.label} available KV cache memory", p["available_kv_gib"], r,
                      abs(r - p["available_kv_gib"]) <= 0.021, how,
                      [w.requested_gib.evidence if w.requested_gib else None, w.available_kv_gib.evidence if w.available_kv_gib else None])

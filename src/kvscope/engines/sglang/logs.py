@@ -271,7 +271,8 @@ def parse_kv_repr(body: str) -> dict[str, Any]:
         if "=" not in part:
             continue
         key, _, value = part.partition("=")
-        key = key.strip().lstrip(".").strip()
+        key = key.strip().lstrip(".…").strip()
+        value = re.sub(r"\s*(?:\.\.\.|…)\s*$", "", value)  # "tp_size=8 ...": an elision in a quoted log
         if key.isidentifier():
             out[key] = literal(value)
     return out
