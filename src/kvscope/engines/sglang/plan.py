@@ -24,6 +24,10 @@ from . import memory as mem
 from .args import SGLangArgs, at_least, parse_version, resolve_defaults
 
 EAGLE_LIKE = ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE")
+# ``is_hybrid_swa_model`` (configs/model_config.py @ v0.5.9 l.1320, @ v0.5.23 l.2651): only these
+# architectures get the split SWA pool; Gemma 2/3 sliding layers use the ordinary (full) pool.
+HYBRID_SWA_ARCHS = frozenset({"Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM",
+                              "Step3p5ForCausalLM", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"})
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     mm_gib = mem.mm_reservation_gib(v, spec.is_multimodal and not a.language_only)
     draft_layers = _draft_layers(spec, a, draft)
     mamba_per_req = mem.mamba_state_bytes_per_req(spec, attn_tp) if spec.is_mambaish else 0
+    swa_pool = spec.is_hybrid_swa and bool(HYBRID_SWA_ARCHS.intersection(spec.architectures))
     stage_tokens = []
     cells = []
     prof = carve = None
@@ -160,12 +165,12 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                              draft_in_budget=draft_first)
         cells.append(cell)
         p, c = mem.profile(v, pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, mem_fraction_static=mfs,
-                           cell_bytes=cell.cell_bytes if not spec.is_hybrid_swa else
+                           cell_bytes=cell.cell_bytes if not swa_pool else
                            cell.full_layer_bytes * cell.num_full_layers + cell.swa_layer_bytes * cell.num_swa_layers,
                            mm_reservation=mm_gib, mamba_per_req_bytes=mamba_per_req)
         prof = prof or p
         carve = carve or c
-        if p.error is None and spec.is_hybrid_swa and at_least(v, "0.5.14"):
+        if p.error is None and swa_pool and at_least(v, "0.5.14"):
             full, _swa = mem.swa_split(v, p.rest_memory_bytes, cell, page, 0.8)
             stage_tokens.append(full)
         else:
@@ -183,7 +188,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                         f"{profiled}. Use the profiled value instead." if a.max_total_tokens > profiled else
                         f"--max-total-tokens {a.max_total_tokens} caps the pool below the profiled {profiled}")
     swa_tokens = None
-    if error is None and spec.is_hybrid_swa:
+    if error is None and swa_pool:
         if at_least(v, "0.5.14"):
             swa_tokens = mem.round_to_page(int(tokens * 0.8), page)
         else:  # v0.5.9 set_num_tokens_hybrid_swa: total_mem = T * (F n_full + S n_swa) re-split by r = 0.8
