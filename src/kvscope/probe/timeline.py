@@ -199,6 +199,9 @@ def _phases(p: ProcessRecords) -> tuple[Phase, ...]:
 def _phase(name: str, call: Mapping[str, Any], end: Mapping[str, Any] | None,
            by_seq: list[Mapping[str, Any]]) -> Phase:
     m0, m1 = call.get("mem"), (end or {}).get("mem")
+    if end is None:  # the process died (or is still) inside this call: keep what is known
+        return Phase(name, (m0 or {}).get("free_bytes"), None,
+                     note=f"{call['target']}: no return record (the process died or is still in it)")
     if m0 and m1:
         return Phase(name, m0.get("free_bytes"), m1.get("free_bytes"),
                      note=f"torch.cuda.mem_get_info around {call['target']}")
@@ -221,8 +224,7 @@ def _phase(name: str, call: Mapping[str, Any], end: Mapping[str, Any] | None,
         before = inner[0] if len(inner) > 1 else None
         return Phase(name, before, inner[-1],
                      note=f"engine's own local measurements inside {call['target']}")
-    status = "" if end else " (no return record: the process died or is still in it)"
-    return Phase(name, None, None, note=f"{call['target']}: no memory figure{status}")
+    return Phase(name, None, None, note=f"{call['target']}: no memory figure")
 
 
 def _starts(procs: list[ProcessRecords], errors: list[str]) -> bool | None:
