@@ -580,14 +580,17 @@ def _mem():
     torch = sys.modules.get("torch")
     if torch is None:
         return None
-    cuda = getattr(torch, "cuda", None)
-    if cuda is None or not cuda.is_initialized():
+    try:
+        cuda = getattr(torch, "cuda", None)
+        if cuda is None or not cuda.is_initialized():
+            return None
+        free, total = cuda.mem_get_info()
+        return {"free_bytes": int(free), "total_bytes": int(total),
+                "torch_allocated_bytes": int(cuda.memory_allocated()),
+                "torch_reserved_bytes": int(cuda.memory_reserved()),
+                "device": int(cuda.current_device())}
+    except Exception:  # a torch without CUDA, a stand-in, a device error: no figure, same record
         return None
-    free, total = cuda.mem_get_info()
-    return {"free_bytes": int(free), "total_bytes": int(total),
-            "torch_allocated_bytes": int(cuda.memory_allocated()),
-            "torch_reserved_bytes": int(cuda.memory_reserved()),
-            "device": int(cuda.current_device())}
 
 
 # ----------------------------------------------------------------------------------------------
