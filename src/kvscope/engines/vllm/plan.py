@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import FlagError
@@ -238,9 +238,8 @@ def _fixes(spec, a: VllmArgs, gpu: GPU, total: int, free0: int, requested, weigh
         fixes.append(Fix("--kv-cache-memory-bytes", f"{math.ceil(needed / (1 << 20))}M",
                          "the KV cache one max-length request needs"))
     if mem.kv_dtype_bytes(spec, a.kv_cache_dtype) > 1:
-        fp8 = "fp8_ds_mla" if spec.is_mla and False else "fp8"
         if (needed // 2) <= cap.check_memory_bytes:
-            fixes.append(Fix("--kv-cache-dtype", fp8, "halves the KV page size"))
+            fixes.append(Fix("--kv-cache-dtype", "fp8", "halves the KV page size"))
     tp2 = a.tp * 2
     if spec.num_attention_heads % tp2 == 0 and not spec.is_mla:
         fixes.append(Fix("--tensor-parallel-size", tp2, "splits weights and KV heads over twice the GPUs"))
@@ -403,4 +402,3 @@ def render_vllm(t: Timeline) -> str:
 
 __all__ = ["VllmFlags", "VllmMeasured", "add_vllm_arguments", "plan_vllm", "plan_vllm_from_args", "render_vllm",
            "flags_from_args", "measured_from_args"]
-_ = replace
