@@ -80,21 +80,7 @@ def engine_case(version, a, extra, prefill_graph_on: bool) -> ArgsCase:
 
 
 # Known kvscope mismatches, found by this suite (strict: an XPASS fails, so drop the entry once fixed).
-KNOWN = {
-    "0.4.6.post5": "kvscope uses the 0.5.x GPU ladder; v0.4.6.post5 server_args.py l.271-305: chunked_prefill_size "
-                   "2048 if gpu_mem < 25_000 else 8192 (16384 with disaggregation), cuda_graph_max_bs 8 (tp<4) / 80 "
-                   "only when gpu_mem < 25_000, else left None; and gpu_mem None gives 0.88 whatever tp*pp "
-                   "(l.247-261), kvscope uses the tp*pp table",
-    "0.5.6": "piecewise graph term: v0.5.6 server_args.py _handle_gpu_memory_settings adds "
-             "piecewise_cuda_graph_max_tokens // 4 (default 4096 -> 1024 MiB) AFTER the 10 GiB floor and the "
-             "speculative term, and its capture list is _generate_piecewise_cuda_graph_tokens(max_tokens=4096); "
-             "kvscope adds 8*len(tokens of chunked_prefill_size) before the floor (the 0.5.9 rule)",
-    "0.5.18": "reserve_for_graph_mb (server_args.py @ v0.5.18 l.5078-5117) adds +1024 MiB when the prefill graph "
-              "backend is BREAKABLE (the CUDA default) and moe_a2a_backend == 'deepep'; and v0.5.18 no longer clamps "
-              "the prefill-graph max_bs to context_length (only 0.5.13-0.5.14 did), so len(prefill bs) differs",
-    "0.5.23": "as 0.5.18: memory_hook.py @ v0.5.23 reserve_for_graph_mb l.384-392 (+1024 MiB BREAKABLE+deepep); "
-              "no context_length clamp of the prefill-graph max_bs",
-}
+KNOWN: dict[str, str] = {}  # all mismatches found by this suite were fixed in kvscope (see docs/conformance.md)
 
 
 @pytest.mark.parametrize("version", [

@@ -99,10 +99,15 @@ class ResolvedDefaults:
     vlm_factor: float | None  # multiplier applied for multimodal models (None: not applied)
 
 
-def gpu_bucket_defaults(v: Version, gpu_mem_mib: float | None, tp_size: int) -> tuple[int, int]:
+def gpu_bucket_defaults(v: Version, gpu_mem_mib: float | None, tp_size: int) -> tuple[int, int | None]:
     """(chunked_prefill_size, cuda_graph_max_bs) by GPU capacity (MiB) — the if/elif ladder of
-    ``_handle_gpu_memory_settings`` (server_args.py @ v0.5.9) / ``memory_hook.py @ v0.5.23``."""
+    ``_handle_gpu_memory_settings`` (server_args.py @ v0.5.9) / ``memory_hook.py @ v0.5.23``.
+    Before 0.4.10 (server_args.py @ v0.4.6.post5 l.271-305): chunk 2048 below 25,000 MiB else 8192;
+    max_bs 8 (tp<4) / 80 below 25,000 MiB, else left None (the graph runner's own default)."""
     small = tp_size < 4
+    if not at_least(v, "0.4.10"):
+        low = gpu_mem_mib is not None and gpu_mem_mib < 25_000
+        return (2048 if low else 8192), ((8 if small else 80) if low else None)
     if gpu_mem_mib is None:
         return 4096, 160
     if gpu_mem_mib < 20 * 1024:
@@ -143,6 +148,8 @@ def decode_capture_bs(max_bs: int, speculative: bool) -> list[int]:
 def _prefill_graph_tokens(v: Version, a: SGLangArgs, chunk: int, is_mla: bool, is_multimodal: bool,
                           is_amd: bool) -> int:
     """Entries of the prefill (piecewise) graph capture list; 0 when that graph is off."""
+    if not at_least(v, "0.5.0"):
+        return 0  # no piecewise/prefill CUDA graphs before 0.5 (server_args.py @ v0.4.6.post5)
     if at_least(v, "0.5.14"):
         # 0.5.14+: prefill CUDA graph; breakable by default on CUDA, disabled elsewhere and for PP
         # (model_executor/cuda_graph_config.py::default_prefill_backend, cuda_graph_hook.py @ v0.5.23).
@@ -155,13 +162,19 @@ def _prefill_graph_tokens(v: Version, a: SGLangArgs, chunk: int, is_mla: bool, i
         enabled = a.enable_piecewise_cuda_graph
     if not enabled:
         return 0
+    if not at_least(v, "0.5.7"):
+        # server_args.py @ v0.5.6 _generate_piecewise_cuda_graph_tokens (max_tokens default 4096):
+        # 4..32/4, 48..256/16, 288..512/32, 640..4096/128
+        return len(list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+                   + list(range(640, 4096 + 1, 128)))
     if is_mla:
         max_tokens = min(8192, chunk) if at_least(v, "0.5.20") else 2048
     else:
         max_tokens = chunk
     if a.max_total_tokens is not None and at_least(v, "0.5.10"):
         max_tokens = min(max_tokens, a.max_total_tokens)
-    if a.context_length is not None and at_least(v, "0.5.10"):
+    if a.context_length is not None and at_least(v, "0.5.10") and not at_least(v, "0.5.18"):
+        # the context_length clamp (#21112) exists in 0.5.13-0.5.14 and is gone by 0.5.18 (conformance suite)
         max_tokens = min(max_tokens, a.context_length)
     return len(capture_token_sizes(max_tokens))
 
@@ -176,7 +189,9 @@ def vlm_factor(vit_num_layers: int, vit_hidden_size: int) -> float:
 def _legacy_fraction(v: Version, gpu_mem_mib: float | None, parallel_size: int) -> float:
     """v0.4.6.post5 (server_args.py l.246-268) and v0.4.10.post2 (l.310-351)."""
     if not at_least(v, "0.4.10"):
-        if gpu_mem_mib is not None and gpu_mem_mib > 81920:
+        if gpu_mem_mib is None:
+            return 0.88  # server_args.py @ v0.4.6.post5 l.247-261: unknown GPU -> 0.88 whatever tp*pp
+        if gpu_mem_mib > 81920:
             mfs = 0.88
             if gpu_mem_mib > 96 * 1024:
                 mfs = min(mfs + 48 * 1024 * (1 - mfs) / gpu_mem_mib, (gpu_mem_mib - 18 * 1024) / gpu_mem_mib)
@@ -230,11 +245,14 @@ def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float |
         reserved += max_bs * a.dp_size * 3
         if max_bs > 300:
             reserved += max_bs * a.dp_size * 1.5
-    if prefill_tokens:
+    piecewise_v056 = prefill_tokens and not at_least(v, "0.5.7")
+    if prefill_tokens and not piecewise_v056:
         if is_mla and at_least(v, "0.5.10"):
             reserved += 1.5 * 1024
         else:
             reserved += prefill_tokens * 8
+        if at_least(v, "0.5.18") and a.moe_a2a_backend == "deepep":
+            reserved += 1024  # reserve_for_graph_mb: breakable prefill graph + DeepEP (memory_hook.py @ v0.5.23 l.384)
     if gpu_mem_mib is not None and gpu_mem_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     if at_least(v, "0.5.18") and a.moe_a2a_backend == "deepep" and not a.disable_cuda_graph:
@@ -244,6 +262,8 @@ def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float |
             reserved += 6 * 1024
         elif spec != "NGRAM":
             reserved += (4 if at_least(v, "0.5.10") else 2) * 1024
+    if piecewise_v056:
+        reserved += 4096 // 4  # v0.5.6: piecewise_cuda_graph_max_tokens // 4, after the floor and the spec term
     fallback = 0.95 if at_least(v, "0.5.20") else 0.88
     mfs = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3) if gpu_mem_mib is not None else fallback
     factor = None

@@ -94,8 +94,10 @@ def _per_layer_bytes(spec: ModelSpec, v: Version, attn_tp: int, e: int, kv_flag:
             lat = dim // 2 + (dim // 16) * 1
         return lat + idx, text
     n = max(1, spec.num_key_value_heads // attn_tp)
-    if not at_least(v, "0.4.10"):
-        per = n * spec.head_dim * 2 * e  # v0.4.6 assumed v_head_dim == head_dim
+    if not at_least(v, "0.5.7"):
+        # model_runner.py @ v0.4.6.post5 / @ v0.5.6 (l.1417-1423): heads x head_dim x L x 2 x e (v_head_dim
+        # ignored); the 0.5.7 mixin (checked at 0.5.9) uses head_dim + v_head_dim.
+        per = n * spec.head_dim * 2 * e
     else:
         per = n * (spec.head_dim + spec.v_head_dim) * e
     if kv_flag == "mxfp8":

@@ -234,7 +234,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
 
     # graphs/activations (estimated with SGLang's own reserve heuristic) vs the slack left
     slack_bytes = int(prof.slack_gib * GiB)
-    graph_est = int(((a.cuda_graph_max_bs or d.cuda_graph_max_bs) * 2 + (
+    graph_est = int(((a.cuda_graph_max_bs or d.cuda_graph_max_bs or 160) * 2 + (
         1536 if spec.is_mla and d.prefill_graph_tokens else d.prefill_graph_tokens * 8)) * MiB)
     activation_est = _activation_estimate(spec, d.chunked_prefill_size, a.tp_size)
     classic_draft = 0 if draft_first else draft_w + draft_kv
