@@ -53,6 +53,32 @@ MEMORYISH = re.compile(
     rb"\bError\b|\bERROR\b|\bWARNING\b|Traceback|mem_fraction|gpu_memory_utilization|page.size")
 
 
+# Literal anchors: every trigger phrase of both grammars contains one of them. ``x in line`` is a C
+# memmem, far cheaper than the trigger regex (whose ~90 branches defeat sre's first-character
+# skip), so the regex runs only on lines that hold an anchor. Keep in sync with the TRIGGER_REs
+# (tests/doctor/test_fuzz.py checks every recognised seed line passes the anchors).
+TRIGGER_ANCHORS = (
+    b"mem", b"Mem", b"KV", b"Load weight", b"took", b"max_total_", b"server_args=", b"sglang", b"vllm", b"vLLM",
+    b"llreduce", b"fired up", b"was reduced", b"Scheduler hit", b"Mamba", b"concurrency", b"GPU blocks",
+    b"CUDA graph", b"max seq len", b"To serve", b"uto-fit", b"non-default", b"LLM engine", b"startup complete",
+    b"kv_cache_tokens", b"num_gpu_blocks", b"platform", b"block size", b"Preemption", b"Init ", b"model weights take",
+)
+MEMORYISH_ANCHORS = (b"mem", b"Mem", b"MEM", b"GiB", b"GB", b"KV", b"OOM", b"graph", b"Error", b"ERROR", b"WARN",
+                     b"Traceback", b"page", b"gpu_memory")
+
+
+def _any_in(anchors: tuple[bytes, ...]) -> Any:
+    """``lambda line: a1 in line or a2 in line or …`` built once: 3-4× faster than ``any(...)``."""
+    body = " or ".join(f"{a!r} in line" for a in anchors)
+    namespace: dict[str, Any] = {}
+    exec(f"def hit(line):\n    return {body}\n", namespace)  # noqa: S102 - literals generated above
+    return namespace["hit"]
+
+
+has_trigger_anchor = _any_in(TRIGGER_ANCHORS)
+has_memoryish_anchor = _any_in(MEMORYISH_ANCHORS)
+
+
 @dataclass(frozen=True)
 class LogStats:
     lines: int
@@ -125,6 +151,11 @@ def open_log(path: str) -> IO[bytes]:
             raise LogFormatError(f"{path} is a directory", field="PATH") from None
         except OSError as exc:
             raise LogFormatError(f"cannot read {path}: {exc.strerror}", field="PATH") from None
+    return ungzip(raw)
+
+
+def ungzip(raw: IO[bytes]) -> IO[bytes]:
+    """The stream itself, or its gzip-decompressed view when it starts with the gzip magic."""
     buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)  # type: ignore[arg-type]
     head = buffered.peek(2)[:2]  # type: ignore[attr-defined]
     if head == b"\x1f\x8b":
@@ -167,25 +198,23 @@ class _Scan:
 def scan(lines: Iterable[tuple[bytes, bool]]) -> _Scan:
     """Feed every line to both grammars (cheap: one trigger search per line)."""
     sg, vl = sglang_logs.SglangLogParser(), vllm_logs.VllmLogParser()
-    n = nbytes = recognised = requests = unparsed = cut = nul = 0
+    n = nbytes = recognised = requests = unparsed = cut = 0
     samples: list[str] = []
     t0 = time.perf_counter()
     for n, (raw, was_cut) in enumerate(lines, 1):
         nbytes += len(raw)
         cut += was_cut
-        if TRIGGER.search(raw):
+        if REQUEST_LINE.search(raw):  # first: the bulk of a long log, and never a startup line
+            requests += 1
+            continue
+        if has_trigger_anchor(raw) and TRIGGER.search(raw):
             text = raw.decode("utf-8", "replace")
             a = sg.feed(n, text)
             b = vl.feed(n, text)
             if a or b:
                 recognised += 1
                 continue
-        if REQUEST_LINE.search(raw):
-            requests += 1
-            continue
-        if b"\x00" in raw:
-            nul += 1
-        if MEMORYISH.search(raw):
+        if has_memoryish_anchor(raw) and MEMORYISH.search(raw):
             unparsed += 1
             if len(samples) < MAX_UNPARSED_SAMPLES:
                 samples.append(sglang_logs.evidence(n, sglang_logs.clean(raw.decode("utf-8", "replace"))))
@@ -217,7 +246,7 @@ def diagnose_stream(stream: IO[bytes], *, name: str = "log", engine: str | None 
                     model: str | None = None, against: Timeline | None = None,
                     assume: dict[str, Any] | None = None) -> DoctorReport:
     """``assume``: flags the user knows but the log does not print (``{"tp_size": 4}``); the log wins."""
-    s = scan(iter_lines(stream, name))
+    s = scan(iter_lines(ungzip(stream), name))
     if s.stats.lines == 0:
         raise LogFormatError(f"{name} is empty", field="PATH")
     sg_log, vl_log = s.sglang.result(), s.vllm.result()
