@@ -411,7 +411,7 @@ def _representative(log: Any) -> str:
 # Probe directories and --against
 # ---------------------------------------------------------------------------------------------
 
-def diagnose_probe_dir(path: str, **_: Any) -> DoctorReport:
+def diagnose_probe_dir(path: str, *, against: Timeline | None = None, **_: Any) -> DoctorReport:
     try:
         from .probe.timeline import timeline_from_probe_dir  # type: ignore[import-not-found]
     except ImportError:
@@ -419,7 +419,8 @@ def diagnose_probe_dir(path: str, **_: Any) -> DoctorReport:
                              "which this install lacks", field="PATH") from None
     tl = timeline_from_probe_dir(path)
     stats = LogStats(0, 0, 0, 0, 0, 0, 0.0)
-    return DoctorReport(tl, (), (), (), stats)
+    report = DoctorReport(tl, (), (), (), stats)
+    return _with_comparison(report, against) if against is not None else report
 
 
 def load_against(path: str) -> Timeline:
