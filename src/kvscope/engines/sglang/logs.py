@@ -587,11 +587,13 @@ class SglangLogParser:
         return self.log
 
 
-def version_specifier(markers: set[str]) -> str:
-    """The PEP 440 range the log's line formats imply (``""`` when nothing is known)."""
+def version_specifier(markers: set[str], table: dict[str, str] | None = None) -> str:
+    """The PEP 440 range the log's line formats imply (``""`` when nothing is known).
+    ``table`` maps a marker to its range (default: SGLang's ``VERSION_MARKERS``)."""
+    table = VERSION_MARKERS if table is None else table
     specs: list[str] = []
     for m in sorted(markers):
-        spec = VERSION_MARKERS.get(m)
+        spec = table.get(m)
         if spec:
             specs.extend(spec.split(","))
     return ",".join(sorted(set(specs)))

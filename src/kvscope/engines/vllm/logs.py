@@ -34,6 +34,7 @@ from ..sglang.logs import (
     literal,
     parse_kv_repr,
 )
+from ..sglang.logs import version_specifier as _version_specifier
 
 ENGINE = "vllm"
 NUM = r"(-?\d+(?:\.\d+)?)"
@@ -518,12 +519,8 @@ class VllmLogParser:
 
 
 def version_specifier(markers: set[str]) -> str:
-    specs: list[str] = []
-    for m in sorted(markers):
-        spec = VERSION_MARKERS.get(m)
-        if spec:
-            specs.extend(spec.split(","))
-    return ",".join(sorted(set(specs)))
+    """The vLLM version range the log's line formats imply (the SGLang helper over vLLM's markers)."""
+    return _version_specifier(markers, VERSION_MARKERS)
 
 
 # ---------------------------------------------------------------------------------------------
