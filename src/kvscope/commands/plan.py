@@ -55,6 +55,8 @@ def register(sub) -> None:
     g.add_argument("--context-length", type=int, default=None)
     g.add_argument("--kv-cache-dtype", default="auto")
     g.add_argument("--page-size", type=int, default=None)
+    g.add_argument("--attention-backend", default=None,
+                   help="as passed to SGLang (default: what SGLang picks for the GPU and model)")
     g.add_argument("--max-running-requests", type=int, default=None)
     g.add_argument("--max-total-tokens", type=int, default=None)
     g.add_argument("--chunked-prefill-size", type=int, default=None)
@@ -90,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             tp_size=args.tp_size, pp_size=args.pp_size, dp_size=args.dp_size, ep_size=args.ep_size,
             enable_dp_attention=args.enable_dp_attention, mem_fraction_static=args.mem_fraction_static,
             context_length=args.context_length, kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size,
+            attention_backend=args.attention_backend,
             max_running_requests=args.max_running_requests, max_total_tokens=args.max_total_tokens,
             chunked_prefill_size=args.chunked_prefill_size, cuda_graph_max_bs=args.cuda_graph_max_bs,
             disable_cuda_graph=args.disable_cuda_graph, disable_radix_cache=args.disable_radix_cache,

@@ -42,7 +42,11 @@ def render_sglang(t: Timeline) -> str:
         + ("  (est.)" if "pre_model_load_memory" in t.estimated else ""),
         f"  available after weights   {d.get('available_gpu_gib', 0):10.2f} GB"
         + ("  (est.)" if "weights" in t.estimated else ""),
-        f"  mem_fraction_static       {x.get('mem_fraction_static'):10.4f}    ({x.get('mem_fraction_static_source')})",
+        f"  mem_fraction_static       {x.get('mem_fraction_static'):10.4f}    ({x.get('mem_fraction_static_source')}"
+        + (f" {x.get('mem_fraction_static_flag'):.4g} x {x['aiter_fraction_factor']:g} for aiter)"
+           if x.get('aiter_fraction_factor') else ")"),
+        f"  attention backend         {x.get('attention_backend', '?'):>10}    ({x.get('attention_backend_source', '?')}: "
+        f"{x.get('attention_backend_reason', '')})",
         f"  slack pre x (1 - mfs)     {d.get('slack_gib', 0):10.2f} GB",
     ]
     if d.get("mm_reservation_gib"):

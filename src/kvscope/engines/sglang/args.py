@@ -62,6 +62,7 @@ class SGLangArgs:
     context_length: int | None = None
     kv_cache_dtype: str = "auto"
     page_size: int | None = None
+    attention_backend: str | None = None  # --attention-backend (None: SGLang picks, see backend.py)
     max_running_requests: int | None = None
     max_total_tokens: int | None = None
     chunked_prefill_size: int | None = None

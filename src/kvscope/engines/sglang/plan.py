@@ -22,6 +22,7 @@ from ...timeline import (PHASE_CUDA_GRAPH, PHASE_INIT, PHASE_KV_ALLOC, PHASE_LOA
 from ...units import GiB, MiB
 from . import memory as mem
 from .args import SGLangArgs, at_least, parse_version, resolve_defaults
+from .backend import resolve_attention_backend
 
 EAGLE_LIKE = ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE")
 # ``is_hybrid_swa_model`` (configs/model_config.py @ v0.5.9 l.1320, @ v0.5.23 l.2651): only these
@@ -114,12 +115,14 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     world = a.tp_size * a.pp_size
     attn_tp = a.attn_tp_size
     context_len = a.context_length or spec.max_position_embeddings
-    page = a.page_size or 1
     d = resolve_defaults(v, a, gpu.memory_mib, is_mla=spec.is_mla, is_multimodal=spec.is_multimodal,
                          vit_num_layers=spec.vision.sglang_num_layers if spec.vision else 24,
                          vit_hidden_size=spec.vision.sglang_hidden_size if spec.vision else 1024,
                          is_amd=gpu.vendor == "amd")
-    mfs = d.mem_fraction_static
+    backend = resolve_attention_backend(v, spec, gpu, a, context_len)
+    page = backend.page_size
+    factor = backend.fraction_factor or 1.0
+    mfs = d.mem_fraction_static * factor
     kv_name, kv_bytes = mem.kv_cache_dtype(spec, a.kv_cache_dtype)
     warnings: list[str] = list(spec.assumed)
     estimated: list[str] = []
@@ -230,7 +233,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                                       need_bytes=need)
     per_step = mem.tokens_per_fraction_step(pre_gib, cell_worst.cell_bytes)
     fixes = _fixes(v, a, spec, starts, mfs, min_mfs, per_step, tokens, context_len, pre_gib, avail_gib, reserve,
-                   cell_worst.cell_bytes, kv_bytes, page)
+                   cell_worst.cell_bytes, kv_bytes, page, factor)
 
     # graphs/activations (estimated with SGLang's own reserve heuristic) vs the slack left
     slack_bytes = int(prof.slack_gib * GiB)
@@ -248,6 +251,13 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     if starts and tokens < context_len:
         warnings.append(f"the KV pool holds {tokens} tokens, fewer than context_len {context_len}: "
                         f"max_req_len = {min(context_len, tokens) - 1}; longer requests are refused")
+    if backend.fraction_factor is not None:
+        warnings.append(f"attention backend aiter with context_len {context_len} > 8192: SGLang multiplies "
+                        f"mem_fraction_static by {backend.fraction_factor:g} ({d.mem_fraction_static:.4g} -> "
+                        f"{mfs:.4g}), the user's value included")
+    if backend.page_size_source not in ("user", "default"):
+        warnings.append(f"page_size {backend.page_size}: {backend.page_size_source} (attention backend "
+                        f"{backend.name}, {backend.reason})")
     if not car and a.tp_size > 2 and not gpu.interconnect.is_full_nvlink:
         warnings.append(f"custom all-reduce is disabled: {a.tp_size} PCIe-only GPUs (>2) — NCCL is used "
                         "(custom_all_reduce_utils.py: 'not supported on more than two PCIe-only GPUs')")
@@ -319,7 +329,15 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     extra = {
         "mem_fraction_static": mfs,
         "mem_fraction_static_source": d.mem_fraction_static_source,
-        "min_mem_fraction_static": round(min_mfs, 4) if min_mfs < 1 else None,
+        "mem_fraction_static_flag": d.mem_fraction_static,
+        "attention_backend": backend.name,
+        "attention_backend_source": backend.source,
+        "attention_backend_reason": backend.reason,
+        "page_size_source": backend.page_size_source,
+        "aiter_fraction_factor": backend.fraction_factor,
+        # flag units: what to pass as --mem-fraction-static (the effective minimum / aiter factor)
+        "min_mem_fraction_static": round(min_mfs / factor, 4) if min_mfs / factor < 1 else None,
+        "min_effective_mem_fraction_static": round(min_mfs, 4) if min_mfs < 1 else None,
         "engine_min_mem_fraction_static": round(1 - avail_gib / pre_gib, 4),
         "tokens_per_0_01_mem_fraction": per_step,
         "context_len": context_len,
@@ -361,13 +379,22 @@ def _ceil3(x: float) -> float:
 
 def _fixes(v, a: SGLangArgs, spec: ModelSpec, starts: bool, mfs: float, min_mfs: float, per_step: int, tokens: int,
            context_len: int, pre_gib: float, avail_gib: float, reserve: float, cell: int, kv_bytes: int,
-           page: int) -> list[Fix]:
+           page: int, factor: float = 1.0) -> list[Fix]:
+    """Fix values are flag values: an effective fraction f needs ``--mem-fraction-static f / factor``
+    when SGLang scales the flag (aiter x0.85, see backend.py)."""
     out: list[Fix] = []
+    scaled = "" if factor == 1.0 else f" (SGLang multiplies the flag by {factor:g} for this backend)"
     if not starts:
         if min_mfs < 1:
-            out.append(Fix("--mem-fraction-static", _ceil3(min_mfs),
-                           f"minimum that leaves a KV budget: 1 - (available {avail_gib:.2f} - reserve {reserve:.2f}) "
-                           f"/ pre {pre_gib:.2f} GiB; each +0.01 above it buys {per_step} tokens"))
+            if min_mfs / factor < 1:
+                out.append(Fix("--mem-fraction-static", _ceil3(min_mfs / factor),
+                               f"minimum that leaves a KV budget: 1 - (available {avail_gib:.2f} - reserve "
+                               f"{reserve:.2f}) / pre {pre_gib:.2f} GiB{scaled}; each +0.01 above it buys "
+                               f"{per_step} tokens"))
+            else:
+                out.append(Fix("--attention-backend", "triton",
+                               f"the flag would need {min_mfs / factor:.3f} > 1 because SGLang multiplies it by "
+                               f"{factor:g} for aiter at context > 8192; triton does not"))
         else:
             out.append(Fix("--tp", a.tp_size * 2, "the weights alone exceed the free memory: shard over more GPUs"))
         if kv_bytes > 1 and min_mfs < 1:
@@ -379,9 +406,9 @@ def _fixes(v, a: SGLangArgs, spec: ModelSpec, starts: bool, mfs: float, min_mfs:
         need = min(context_len, spec.max_position_embeddings) * cell
         f = mem.min_viable_fraction(pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, reserve_gib=reserve,
                                     need_bytes=need)
-        if f < 1:
-            out.append(Fix("--mem-fraction-static", _ceil3(f),
-                           f"holds one full {context_len}-token request ({per_step} tokens per +0.01)"))
+        if f / factor < 1:
+            out.append(Fix("--mem-fraction-static", _ceil3(f / factor),
+                           f"holds one full {context_len}-token request ({per_step} tokens per +0.01){scaled}"))
         out.append(Fix("--context-length", tokens, "cap requests to what the pool holds"))
         if kv_bytes > 1:
             out.append(Fix("--kv-cache-dtype", "fp8_e4m3", "fp8 KV doubles the tokens per GiB"))
