@@ -21,7 +21,9 @@ _DRIVER_RESERVED_BYTES_EST = int(0.46 * GiB)
 # GDDR parts: RTX 3090 nvidia-smi 24268 MiB = 23.70 GiB vs total_gpu_memory=23.58GiB in a vLLM log
 # (shared/logs vllm-llama31-8b-3090-*): 0.12 GiB.
 _GDDR_RESERVED_BYTES_EST = int(0.12 * GiB)
-_GDDR = ("l40s", "l4", "a10g", "t4", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-pro-6000")
+_GDDR = ("l40s", "l40", "l20", "l4", "a10g", "a10", "a40", "t4", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-pro-6000",
+         "rtx-a6000", "rtx-6000-ada")
+_DS = "NVIDIA datasheet; nvidia-smi memory.total as commonly printed"
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,21 @@ GPUS: tuple[GPU, ...] = (
     _gpu("rtx-5090", "NVIDIA GeForce RTX 5090", 32607, 1792, 209.5, 419, PCIE5, "sm120", _T, ("5090",)),
     _gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell", 97887, 1792, 503.8, 1007.6, PCIE5, "sm120", _T,
          ("rtx-pro-6000-blackwell", "pro6000")),
+    _gpu("h100-nvl", "NVIDIA H100 NVL", 95830, 3900, 835, 1671, Interconnect("nvlink", 4, 300.0, 5, 2), "sm90",
+         f"{_DS} (94 GB HBM3, NVLink bridge pairs)"),
+    _gpu("h800", "NVIDIA H800", 81559, 3350, 989, 1979, Interconnect("nvlink", 4, 200.0, 5), "sm90",
+         f"{_DS} (H100 with 400 GB/s NVLink) [bandwidth figures estimated]", ("h800-sxm", "h800-80g")),
+    _gpu("a800", "NVIDIA A800-SXM4-80GB", 81920, 2039, 312, None, Interconnect("nvlink", 3, 200.0, 4), "sm80",
+         f"{_DS} (A100 with 400 GB/s NVLink) [bandwidth figures estimated]", ("a800-80g",)),
+    _gpu("a100-pcie-80g", "NVIDIA A100 80GB PCIe", 81920, 1935, 312, None, PCIE4, "sm80", _DS,
+         ("a100-pcie",)),
+    _gpu("l40", "NVIDIA L40", 46068, 864, 181, 362, PCIE4, "sm89", _DS),
+    _gpu("l20", "NVIDIA L20", 46068, 864, 119.5, 239, PCIE4, "sm89", f"{_DS} [compute figures estimated]"),
+    _gpu("a10", "NVIDIA A10", 23028, 600, 125, None, PCIE4, "sm86", _DS),
+    _gpu("a40", "NVIDIA A40", 46068, 696, 149.7, None, PCIE4, "sm86", _DS),
+    _gpu("rtx-a6000", "NVIDIA RTX A6000", 49140, 768, 154.8, None, PCIE4, "sm86", _DS, ("a6000",)),
+    _gpu("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", 49140, 960, 364.2, 728.5, PCIE4, "sm89", _DS,
+         ("6000-ada", "rtx-6000-ada-generation")),
     _gpu("b200", "NVIDIA B200", 183359, 8000, 2250, 4500, NVL5, "sm100", _T),
     _gpu("b300", "NVIDIA B300", 275040, 8000, 2500, 5000, NVL5, "sm103",
          "NVIDIA Blackwell Ultra (288 GB HBM3e, 8 TB/s) [estimated driver total 275040 MiB]"),
@@ -113,7 +130,29 @@ GPUS: tuple[GPU, ...] = (
          vendor="amd"),
 )
 
+_VENDOR_WORDS = ("nvidia", "amd", "instinct", "geforce", "tesla", "radeon")
+
+
+def _norm(name: str) -> str:
+    """Case, vendor words, spaces, dashes and underscores do not matter: 'NVIDIA H100 80GB HBM3',
+    'h100_80gb_hbm3' and 'H100-80GB-HBM3' are the same name."""
+    out = name.strip().lower()
+    for w in _VENDOR_WORDS:
+        out = out.replace(w, "")
+    return "".join(ch for ch in out if ch.isalnum())
+
+
 _BY_KEY = {g.key: g for g in GPUS} | {a: g for g in GPUS for a in g.aliases}
+_BY_NORM = {_norm(k): g for k, g in _BY_KEY.items()} | {_norm(g.name): g for g in GPUS}
+
+
+def _by_prefix(norm: str) -> GPU | None:
+    """Exact normalised name, else the longest known name the query starts with
+    ('RTX PRO 6000 Blackwell Server Edition' -> rtx-pro-6000; 'L40S 48GB' -> l40s, not l40 or l4)."""
+    if norm in _BY_NORM:
+        return _BY_NORM[norm]
+    hits = [k for k in _BY_NORM if k and norm.startswith(k) and len(k) >= 2]
+    return _BY_NORM[max(hits, key=len)] if hits else None
 
 
 def gpu_names() -> list[str]:
@@ -125,7 +164,7 @@ def get_gpu(key: str | None, memory_mib: int | None = None) -> GPU:
     if key is None and memory_mib is None:
         raise FlagError("no GPU given", field="--gpu", fix=f"pass --gpu one of {', '.join(gpu_names())} or --gpu-memory-mib N")
     if key is not None:
-        g = _BY_KEY.get(key.strip().lower().replace("_", "-").replace(" ", "-"))
+        g = _BY_KEY.get(key.strip().lower().replace("_", "-").replace(" ", "-")) or _by_prefix(_norm(key))
         if g is None:
             raise FlagError(f"unknown GPU {key!r}", field="--gpu",
                             fix=f"use one of {', '.join(gpu_names())}, or --gpu-memory-mib N")
