@@ -218,13 +218,17 @@ def value_error_text(mfs: float, available_gib_: float, pre_gib: float) -> str:
 
 def runtime_error_text(v: Version, mfs: float) -> str:
     """The RuntimeError raised when ``max_total_num_tokens <= 0`` — its wording per version
-    (model_runner.py @ v0.4.6.post5 / @ v0.5.6, mixin @ v0.5.9, pool_configurator.py @ v0.5.11+)."""
+    (model_runner.py @ v0.4.6.post5 / @ v0.5.6, mixin @ v0.5.9, pool_configurator.py @ v0.5.11+).
+    Conformance-tested (tests/conformance/test_sglang_pools.py)."""
     base = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
     if not at_least(v, "0.5.0"):
         return base
     if not at_least(v, "0.5.10"):
         return f"{base} Current value: self.server_args.mem_fraction_static={mfs}"
-    return f"{base} Current value: mem_fraction_static={mfs}"
+    # MemoryPoolConfig.__post_init__ (mixin @ v0.5.10 l.55, pool_configurator.py @ v0.5.13 l.51, @ v0.5.23
+    # l.94) appends the value only when the config carries it; the configs built by calculate_pool_sizes /
+    # calculate_pool_sizes_from_max_tokens never do (mem_fraction_static is set after), so the text ends here.
+    return base
 
 
 def profile(v: Version, *, pre_model_load_gib: float, available_gpu_gib: float, mem_fraction_static: float,
@@ -299,21 +303,38 @@ def swa_split(v: Version, rest_bytes: int, cell: CellSize, page_size: int, ratio
     return full, swa
 
 
+def _attn_dp_requested(v: Version, max_running_requests: int, attn_dp_size: int) -> int:
+    """``max_running_requests // attn_dp_size``; clamped to >= 1 after 0.5.20
+    (``max(1, ...)`` in kv_cache_configurator.py ``resolve_max_num_reqs`` @ v0.5.23; absent @ v0.5.20)."""
+    n = max_running_requests // attn_dp_size
+    return max(1, n) if v > Version("0.5.20") else n
+
+
 def max_num_reqs(v: Version, *, token_capacity: int, profiled_tokens: int, context_len: int,
                  max_running_requests: int | None, attn_dp_size: int, mamba_cap: int | None = None) -> tuple[int, int]:
-    """(req_to_token_pool size, max_running_requests per DP worker).
+    """(``ReqToTokenPool.size``, ``max_running_requests`` per DP worker).
 
-    v0.5.23 ``resolve_max_num_reqs`` (kv_cache_configurator.py l.3119) on the final capacity;
-    v0.5.9 ``init_memory_pool`` (mixin l.339): estimate from the *profiled* T, then
-    ``max_running_requests = min(T // 2 or user // dp, pool size)`` (model_runner.py l.593);
-    v0.4.6 (model_runner.py l.845, tp_worker.py l.119): pool ``size = max_num_reqs + 1`` and
-    ``max_running_requests = min(T // 2 or user, pool.size)`` — hence logs printing 2049.
+    ``token_capacity`` is the final pool size (after the classic speculative headroom, the user cap
+    and page rounding); ``profiled_tokens`` the profile's value before them.
+
+    * <0.5.10 (model_runner.py ``init_memory_pool`` @ v0.4.6.post5 / @ v0.5.6, mixin @ v0.5.9):
+      pool = user value, else ``min(max(int(profiled / context_len * 512), 2048), 4096)``;
+      running = ``min(T // 2 if user is None else user // attn_dp, pool size)``
+      (tp_worker.py @ v0.4.6.post5 l.119 / @ v0.5.6 l.289, model_runner.py @ v0.5.9 l.593).
+      v0.4.6 builds ``ReqToTokenPool(size=max_num_reqs + 1)`` — hence logs printing 2049.
+    * 0.5.10-0.5.13 (mixin ``_resolve_max_num_reqs`` @ v0.5.13 l.876), on the final capacity:
+      estimated = ``max(min(int(T / context_len * 512), 4096), 2048)``;
+      user → ``min(user // attn_dp, estimated)``, else ``min(estimated, T // 2)``; running = pool.
+    * 0.5.14+ (mixin @ v0.5.14 l.981; kv_cache_configurator.py ``resolve_max_num_reqs`` @ v0.5.18
+      l.1873, @ v0.5.23 l.3119): user → ``min(user // attn_dp, T // 2)`` (``max(1, …)`` after 0.5.20).
+    Then the mamba cap ``max_mamba_cache_size // ratio`` (given as ``mamba_cap``).
     """
-    if at_least(v, "0.5.14"):
+    if at_least(v, "0.5.10"):
         estimated = int(token_capacity / context_len * 512)
         estimated = max(min(estimated, 4096), 2048)
         if max_running_requests is not None:
-            n = min(max(1, max_running_requests // attn_dp_size), token_capacity // 2)
+            cap = token_capacity // 2 if at_least(v, "0.5.14") else estimated
+            n = min(_attn_dp_requested(v, max_running_requests, attn_dp_size), cap)
         else:
             n = min(estimated, token_capacity // 2)
         if mamba_cap is not None:
@@ -325,18 +346,137 @@ def max_num_reqs(v: Version, *, token_capacity: int, profiled_tokens: int, conte
         pool = min(pool, mamba_cap)
     if not at_least(v, "0.5.0"):
         pool += 1  # ReqToTokenPool(size=max_num_reqs + 1)
-        running = token_capacity // 2 if max_running_requests is None else max_running_requests
-        return pool, min(running, pool)
     running = token_capacity // 2 if max_running_requests is None else max_running_requests // attn_dp_size
     return pool, min(running, pool)
 
 
-def req_to_token_bytes(v: Version, pool_size: int, context_len: int, draft_tokens: int = 0) -> int:
-    """``ReqToTokenPool``: int32 [rows x (context_len + 4 [+ speculative_num_draft_tokens])]; rows =
-    size + 1 padding row from v0.5.14 (mem_cache/memory_pool.py l.402 @ v0.5.23), size before
-    (memory_pool.py l.144 @ v0.5.9; v0.4.6 passed size = max_num_reqs + 1 already)."""
-    rows = pool_size + 1 if at_least(v, "0.5.14") else pool_size
-    return rows * (context_len + 4 + draft_tokens) * 4
+def classic_spec_headroom_tokens(v: Version, speculative_algorithm: str | None, max_num_reqs_: int, *,
+                                 num_steps: int, topk: int, num_draft_tokens: int) -> int:
+    """Tokens the target adds to the shared KV pool for EAGLE/STANDALONE drafts before 0.5.9
+    (``draft_runner_cache_size``, model_runner.py ``init_memory_pool`` @ v0.4.6.post5 l.866,
+    @ v0.5.6): ``max_num_reqs * steps * topk + max_num_reqs * draft_tokens + 100``, added to the
+    profiled tokens *before* the ``--max-total-tokens`` cap and page rounding. v0.4.6 does it for
+    every algorithm it has (EAGLE, EAGLE3); v0.5.6 for ``is_eagle() or is_standalone()`` (not NGRAM).
+    Gone in v0.5.9 (the draft reuses the target's count)."""
+    algo = (speculative_algorithm or "").upper()
+    if at_least(v, "0.5.9") or algo in ("", "NGRAM"):
+        return 0
+    return max_num_reqs_ * num_steps * topk + max_num_reqs_ * num_draft_tokens + 100
+
+
+def _alloc_len_per_decode(v: Version, algo: str, *, num_steps: int | None, topk: int | None,
+                          num_draft_tokens: int | None, page_size: int) -> int:
+    """``get_alloc_len_per_decode`` (mem_cache/common.py @ v0.5.13/0.5.14; allocation_sizing.py @ v0.5.18+)."""
+    steps = num_steps or 1
+    k = topk or 1
+    tokens = num_draft_tokens or 0  # set whenever an algorithm is (server_args resolves it)
+    draft_kv = algo != "NGRAM" or not at_least(v, "0.5.14")  # has_draft_kv() (>=0.5.14)
+    if page_size == 1 or k == 1 or not draft_kv:
+        return max(steps * k, tokens)
+    pages_per_topk = ((page_size - 1) + steps + page_size - 1) // page_size
+    return max(pages_per_topk * page_size * k, tokens)
+
+
+def req_to_token_extra_context_len(v: Version, *, speculative_algorithm: str | None = None,
+                                   num_draft_tokens: int | None = None, num_steps: int | None = None,
+                                   topk: int | None = None, page_size: int = 1) -> int:
+    """Row headroom of ``req_to_token`` beyond ``context_len``.
+
+    * <0.5.0: 4 (model_runner.py @ v0.4.6.post5 l.905).
+    * 0.5.0-0.5.12: ``4 + speculative_num_draft_tokens`` (model_runner.py @ v0.5.6, mixin @ v0.5.9..0.5.12).
+    * 0.5.13-0.5.17 (``get_req_to_token_extra_context_len``, mem_cache/common.py @ v0.5.13/0.5.14):
+      with a speculative algorithm, page > 1 and topk > 1: ``max(extra, 2 * alloc_len_per_decode)``.
+    * 0.5.18+ (mem_cache/allocation_sizing.py @ v0.5.18/0.5.23): with a speculative algorithm and
+      page > 1: ``max(extra, 2 * alloc_len_per_decode + page - 1)``.
+    """
+    if not at_least(v, "0.5.0"):
+        return 4
+    extra = 4 + (num_draft_tokens or 0)
+    algo = (speculative_algorithm or "").upper()
+    if not algo or not at_least(v, "0.5.13"):
+        return extra
+    if at_least(v, "0.5.18"):
+        if page_size > 1:
+            extra = max(extra, 2 * _alloc_len_per_decode(v, algo, num_steps=num_steps, topk=topk,
+                                                         num_draft_tokens=num_draft_tokens, page_size=page_size)
+                        + page_size - 1)
+        return extra
+    if page_size > 1 and (topk or 1) > 1:
+        extra = max(extra, 2 * _alloc_len_per_decode(v, algo, num_steps=num_steps, topk=topk,
+                                                     num_draft_tokens=num_draft_tokens, page_size=page_size))
+    return extra
+
+
+def req_to_token_rows(v: Version, pool_size: int) -> int:
+    """Rows of the int32 table: ``size + 1`` (padding row 0) from v0.5.12 (mem_cache/memory_pool.py
+    ``ReqToTokenPool.__init__`` @ v0.5.12 l.145, @ v0.5.23 l.402); ``size`` before (v0.4.6 passes
+    ``max_num_reqs + 1`` as the size)."""
+    return pool_size + 1 if at_least(v, "0.5.12") else pool_size
+
+
+def req_to_token_bytes(v: Version, pool_size: int, context_len: int, draft_tokens: int = 0, *,
+                       extra_context_len: int | None = None) -> int:
+    """``ReqToTokenPool``: int32 [rows x (context_len + extra)]. ``extra`` defaults to
+    :func:`req_to_token_extra_context_len` with ``draft_tokens`` and no page/topk rule."""
+    if extra_context_len is None:
+        extra_context_len = req_to_token_extra_context_len(v, speculative_algorithm="EAGLE" if draft_tokens else None,
+                                                           num_draft_tokens=draft_tokens or None)
+    return req_to_token_rows(v, pool_size) * (context_len + extra_context_len) * 4
+
+
+@dataclass(frozen=True)
+class RequestPools:
+    """What follows the profile: the final token pool, the request pool and the request limit."""
+
+    max_total_num_tokens: int | None
+    req_pool_size: int | None  # ReqToTokenPool.size
+    req_rows: int | None
+    req_row_len: int | None  # context_len + extra
+    req_to_token_bytes: int | None
+    max_running_requests: int | None  # per DP worker
+    spec_headroom_tokens: int = 0  # classic (<0.5.9) draft_runner_cache_size headroom
+    capped_by_user: bool = False
+    error: str | None = None
+
+
+def request_pools(v: Version, *, profiled_tokens: int, context_len: int, page_size: int = 1,
+                  max_total_tokens: int | None = None, max_running_requests: int | None = None,
+                  attn_dp_size: int = 1, speculative_algorithm: str | None = None,
+                  num_steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
+                  mem_fraction_static: float = 0.88, mamba_cap: int | None = None) -> RequestPools:
+    """The pool sizing after the profile, in the engine's order (no SWA, no PP).
+
+    Classic (<0.5.10, ``init_memory_pool``): request estimate from the profiled T → speculative
+    headroom (<0.5.9) → ``--max-total-tokens`` cap → page rounding → RuntimeError if <= 0 →
+    ``ReqToTokenPool`` → ``max_running_requests``. Current (>=0.5.10, ``_resolve_memory_pool_config``):
+    page rounding → cap → re-round (RuntimeError from ``MemoryPoolConfig`` if <= 0) →
+    ``resolve_max_num_reqs`` on the final T → ``ReqToTokenPool``.
+    """
+    tokens = profiled_tokens
+    headroom = 0
+    if not at_least(v, "0.5.10"):
+        pool_reqs = max_running_requests if max_running_requests is not None else min(
+            max(int(profiled_tokens / context_len * 512), 2048), 4096)
+        if mamba_cap is not None:
+            pool_reqs = min(pool_reqs, mamba_cap)
+        if speculative_algorithm:
+            headroom = classic_spec_headroom_tokens(v, speculative_algorithm, pool_reqs, num_steps=num_steps or 0,
+                                                    topk=topk or 0, num_draft_tokens=num_draft_tokens or 0)
+        tokens += headroom
+    tokens, capped = apply_token_constraints(round_to_page(tokens, page_size) if at_least(v, "0.5.10") else tokens,
+                                             page_size, max_total_tokens)
+    if tokens <= 0:
+        return RequestPools(None, None, None, None, None, None, headroom, capped,
+                            runtime_error_text(v, mem_fraction_static))
+    pool, running = max_num_reqs(v, token_capacity=tokens, profiled_tokens=profiled_tokens, context_len=context_len,
+                                 max_running_requests=max_running_requests, attn_dp_size=attn_dp_size,
+                                 mamba_cap=mamba_cap)
+    extra = req_to_token_extra_context_len(v, speculative_algorithm=speculative_algorithm,
+                                           num_draft_tokens=num_draft_tokens, num_steps=num_steps, topk=topk,
+                                           page_size=page_size)
+    rows = req_to_token_rows(v, pool)
+    return RequestPools(tokens, pool, rows, context_len + extra, rows * (context_len + extra) * 4, running,
+                        headroom, capped)
 
 
 def kv_buffer_bytes(tokens: int, page_size: int, per_token_bytes: int) -> int:

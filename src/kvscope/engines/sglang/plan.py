@@ -214,7 +214,11 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                                          max_running_requests=a.max_running_requests, attn_dp_size=a.attn_dp_size,
                                          mamba_cap=mamba_cap)
     draft_tokens = a.speculative_num_draft_tokens or 0
-    req_bytes = mem.req_to_token_bytes(v, pool, context_len, draft_tokens if at_least(v, "0.5.14") else 0) if starts else 0
+    req_extra = mem.req_to_token_extra_context_len(v, speculative_algorithm=a.speculative_algorithm,
+                                                   num_draft_tokens=a.speculative_num_draft_tokens,
+                                                   num_steps=a.speculative_num_steps, topk=a.speculative_eagle_topk,
+                                                   page_size=page)
+    req_bytes = mem.req_to_token_bytes(v, pool, context_len, extra_context_len=req_extra) if starts else 0
     target_cell = cell_worst.cell_bytes - cell_worst.draft_bytes
     if starts and swa_tokens is not None:
         kv_alloc = (mem.kv_buffer_bytes(tokens, page, cell_worst.full_layer_bytes * cell_worst.num_full_layers)

@@ -1,0 +1,453 @@
+"""SGLang's pool-sizing code after the profile, per release, runnable without torch or a GPU.
+
+Covers what ``sglang_engine.py`` does not: the request limit (``max_num_reqs`` /
+``max_running_requests``), the ``req_to_token`` pool, the classic speculative headroom added to the
+shared KV pool, the mamba carve (``handle_max_mamba_cache``) and the multimodal reservation.
+
+Engine code run, per release (extracted from the wheel with :mod:`loader`, strict globals):
+
+* 0.4.6.post5 / 0.5.6: ``ModelRunner.init_memory_pool`` (model_runner.py), sliced up to the
+  ``req_to_token_pool`` construction, + the ``self.max_running_requests = min(...)`` statement of
+  ``TpModelWorker.__init__`` (managers/tp_worker.py) + ``ReqToTokenPool.__init__``.
+* 0.5.9: ``ModelRunnerKVCacheMixin.init_memory_pool`` (same slice) + the statement of
+  ``ModelRunner.initialize`` (model_runner.py l.593) + ``ReqToTokenPool.__init__``.
+* 0.5.13 / 0.5.14: mixin ``_resolve_memory_pool_config`` + ``_apply_token_constraints`` +
+  ``_resolve_max_num_reqs``, ``DefaultPoolConfigurator.calculate_pool_sizes[_from_max_tokens]``,
+  ``MemoryPoolConfig``, ``mem_cache/common.py::get_req_to_token_extra_context_len`` (+ the alloc
+  helpers) and ``ReqToTokenPool.__init__`` (the row count, incl. the +1 padding row).
+* 0.5.18 / 0.5.23: ``KVCacheConfigurator._resolve_memory_pool_config`` + ``config_from_budget`` +
+  ``_apply_token_constraints`` + ``resolve_max_num_reqs`` + ``_build_req_to_token_pool`` /
+  ``_build_default_req_pool``, the configurator, ``allocation_sizing.py`` and ``ReqToTokenPool``.
+
+Stand-ins: the profile result (``profile_max_num_token`` returns the case's token count; the
+current path's ``_profile_available_bytes`` returns it as bytes with a 1-byte cell, so the real
+``calculate_pool_sizes`` does the page rounding), ``torch.zeros`` (records the shape), the memory
+saver, and ``SpeculativeAlgorithm`` (name predicates only: ``is_eagle`` = EAGLE/EAGLE3,
+``has_draft_kv`` = not NGRAM). Nothing else defaults: a missing name raises.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from . import loader
+from .sglang_engine import _Env, _vtuple
+from .wheels import EngineSource, engine_source
+
+log = logging.getLogger("kvscope.conformance.sglang.pools")
+log.setLevel(logging.ERROR)
+
+
+# ---------------------------------------------------------------------------------------------
+# stand-ins
+# ---------------------------------------------------------------------------------------------
+
+class FakeTensor:
+    def __init__(self, shape: Any, dtype: Any):
+        self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        self.dtype = dtype
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * self.dtype.itemsize
+
+
+class _Dtype:
+    def __init__(self, name: str, itemsize: int):
+        self.name, self.itemsize = name, itemsize
+
+
+def fake_torch() -> Any:
+    t = types.SimpleNamespace(int32=_Dtype("int32", 4), int64=_Dtype("int64", 8), float32=_Dtype("float32", 4),
+                              bfloat16=_Dtype("bfloat16", 2), uint8=_Dtype("uint8", 1))
+    t.zeros = lambda shape, dtype=None, device=None, **kw: FakeTensor(shape, dtype)
+    t.empty = t.zeros
+    return t
+
+
+class _SaverAdapter:
+    @staticmethod
+    def create(enable: bool = False) -> "_SaverAdapter":
+        return _SaverAdapter()
+
+    def region(self, *a: Any, **k: Any) -> Any:
+        return contextlib.nullcontext()
+
+
+class SpecAlgo:
+    """``SpeculativeAlgorithm`` after server-args resolution (NEXTN is already EAGLE there)."""
+
+    def __init__(self, name: Optional[str]):
+        self.name = (name or "NONE").upper()
+
+    @classmethod
+    def from_string(cls, name: Optional[str]) -> "SpecAlgo":
+        return cls(name)
+
+    def is_none(self) -> bool:
+        return self.name == "NONE"
+
+    def is_some(self) -> bool:
+        return not self.is_none()
+
+    def is_eagle(self) -> bool:
+        return self.name in ("EAGLE", "EAGLE3")
+
+    def is_standalone(self) -> bool:
+        return self.name == "STANDALONE"
+
+    def is_ngram(self) -> bool:
+        return self.name == "NGRAM"
+
+    def is_dflash(self) -> bool:
+        return self.name == "DFLASH"
+
+    def is_uno(self) -> bool:
+        return self.name == "UNO"
+
+    def has_draft_kv(self) -> bool:
+        return not self.is_ngram()
+
+
+class _Recorder:
+    """A KV pool / allocator class stand-in: records its size argument."""
+
+    def __init__(self, *args: Any, **kw: Any):
+        self.args, self.kw = args, kw
+
+
+# ---------------------------------------------------------------------------------------------
+# request pools
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ReqCase:
+    profiled_tokens: int  # classic: profile_max_num_token's value; current: bytes with a 1-byte cell
+    context_len: int
+    page_size: int = 1
+    max_total_tokens: Optional[int] = None
+    max_running_requests: Optional[int] = None
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    speculative_algorithm: Optional[str] = None
+    speculative_num_steps: Optional[int] = None
+    speculative_eagle_topk: Optional[int] = None
+    speculative_num_draft_tokens: Optional[int] = None
+    mem_fraction_static: float = 0.88
+
+
+@dataclass
+class ReqResult:
+    max_total_num_tokens: Optional[int]
+    req_pool_size: Optional[int]
+    req_rows: Optional[int]
+    req_row_len: Optional[int]
+    req_to_token_bytes: Optional[int]
+    max_running_requests: Optional[int]
+    error: Optional[str] = None
+
+
+def req_members(version: str) -> tuple:
+    v = _vtuple(version)
+    out = ["sglang/srt/mem_cache/memory_pool.py"]
+    if v < (0, 5, 9):
+        out += ["sglang/srt/model_executor/model_runner.py", "sglang/srt/managers/tp_worker.py"]
+    elif v < (0, 5, 10):
+        out += ["sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+                "sglang/srt/model_executor/model_runner.py"]
+    elif v < (0, 5, 18):
+        out += ["sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+                "sglang/srt/model_executor/pool_configurator.py", "sglang/srt/mem_cache/common.py"]
+    else:
+        out += ["sglang/srt/mem_cache/kv_cache_configurator.py", "sglang/srt/model_executor/pool_configurator.py",
+                "sglang/srt/mem_cache/allocation_sizing.py", "sglang/srt/runtime_context.py"]
+    return tuple(out)
+
+
+def _body_slice(text: str, origin: str, qualname: str, *, last: Callable[[Any], bool],
+                first: Optional[Callable[[Any], bool]] = None, params: Optional[List[str]] = None,
+                stand_ins: Dict[str, Any]) -> Callable[..., Any]:
+    """Compile statements of ``qualname``'s body (from ``first`` to ``last`` inclusive) as a function.
+
+    The statements keep their line numbers (tracebacks point at the engine file)."""
+    ast = loader.ast
+    fn = loader.find_def(loader._parse(text, origin), qualname)
+    body = fn.body
+    start = 0 if first is None else next(i for i, s in enumerate(body) if first(s))
+    end = next(i for i, s in enumerate(body) if i >= start and last(s))
+    args = fn.args if params is None else ast.arguments(
+        posonlyargs=[], args=[ast.arg(arg=p) for p in params], kwonlyargs=[], kw_defaults=[], defaults=[])
+    new = ast.FunctionDef(name="_slice", args=args, body=body[start:end + 1], decorator_list=[], returns=None,
+                          type_comment=None)
+    mod = ast.Module(body=[new], type_ignores=[])
+    ast.fix_missing_locations(mod)
+    g = loader.StrictGlobals(origin, dict(loader.module_literals(text, origin), **stand_ins))
+    local: Dict[str, Any] = {}
+    exec(compile(mod, origin, "exec"), g, local)
+    return local["_slice"]
+
+
+def _is_req_pool_stmt(s: Any) -> bool:
+    return isinstance(s, loader.ast.If) and "self.req_to_token_pool is None" in loader.ast.unparse(s.test)
+
+
+def _assigns_running(s: Any) -> bool:
+    return (isinstance(s, loader.ast.Assign) and len(s.targets) == 1
+            and loader.ast.unparse(s.targets[0]) == "self.max_running_requests"
+            and "min(" in loader.ast.unparse(s.value))
+
+
+class SGLangPools:
+    """One release: the request-pool / mamba / reservation code."""
+
+    def __init__(self, version: str):
+        self.version = version
+        self.v = _vtuple(version)
+        self.src: EngineSource = engine_source("sglang", version)
+        self._compiled: Dict[str, Any] = {}
+        self._case: Any = None
+
+    def _text(self, member: str) -> str:
+        return self.src.read(member)
+
+    def origin(self, member: str) -> str:
+        return f"{self.src.label}/{member}"
+
+    # -- ReqToTokenPool ---------------------------------------------------------------------
+    def _req_pool_cls(self) -> type:
+        if "req_pool" not in self._compiled:
+            m = "sglang/srt/mem_cache/memory_pool.py"
+            fns = loader.compile_defs(self._text(m), self.origin(m), ["ReqToTokenPool.__init__"], {
+                "torch": fake_torch(), "TorchMemorySaverAdapter": _SaverAdapter,
+                "GPU_MEMORY_TYPE_KV_CACHE": "kv_cache"})
+            self._compiled["req_pool"] = type("ReqToTokenPool", (), {"__init__": fns["__init__"]})
+        return self._compiled["req_pool"]
+
+    def _server_args(self, c: ReqCase) -> Any:
+        sa = types.SimpleNamespace(
+            kv_cache_dtype="auto", max_running_requests=c.max_running_requests, max_total_tokens=c.max_total_tokens,
+            page_size=c.page_size, speculative_algorithm=c.speculative_algorithm,
+            speculative_num_steps=c.speculative_num_steps, speculative_eagle_topk=c.speculative_eagle_topk,
+            speculative_num_draft_tokens=c.speculative_num_draft_tokens,
+            max_speculative_num_draft_tokens=c.speculative_num_draft_tokens, speculative_adaptive=False,
+            disaggregation_mode="null", enable_memory_saver=False, mem_fraction_static=c.mem_fraction_static,
+            disable_radix_cache=False, enable_dp_attention=c.enable_dp_attention, dp_size=c.dp_size,
+            max_mamba_cache_size=None)
+        return sa
+
+    # -- entry point ------------------------------------------------------------------------
+    def request_pools(self, c: ReqCase) -> ReqResult:
+        self._case = c
+        if self.v < (0, 5, 10):
+            return self._classic(c)
+        if self.v < (0, 5, 18):
+            return self._mixin(c)
+        return self._configurator(c)
+
+    # 0.4.6.post5 - 0.5.9 -------------------------------------------------------------------
+    def _classic(self, c: ReqCase) -> ReqResult:
+        if "classic" not in self._compiled:
+            self._compiled["classic"] = self._compile_classic()
+        init_pool, running = self._compiled["classic"]
+        sa = self._server_args(c)
+        runner = types.SimpleNamespace(
+            server_args=sa, model_config=types.SimpleNamespace(context_len=c.context_len),
+            dtype="bfloat16", model=types.SimpleNamespace(quant_config=None), spec_algorithm=SpecAlgo(
+                c.speculative_algorithm), is_draft_worker=False, mambaish_config=None, pp_size=1,
+            is_hybrid_swa=False, req_to_token_pool=None, device="cuda", page_size=c.page_size,
+            dp_size=c.dp_size if c.enable_dp_attention else 1)
+        runner.profile_max_num_token = lambda total_gpu_memory: c.profiled_tokens
+        try:
+            if self.v < (0, 5, 9):
+                init_pool(runner, 0, c.max_running_requests, c.max_total_tokens)
+            else:
+                init_pool(runner, 0)
+        except RuntimeError as exc:
+            return ReqResult(None, None, None, None, None, None, f"RuntimeError: {exc}")
+        pool = runner.req_to_token_pool
+        if self.v < (0, 5, 9):  # TpModelWorker.__init__: self.model_runner.req_to_token_pool.size
+            worker = types.SimpleNamespace(max_total_num_tokens=runner.max_total_num_tokens, model_runner=runner)
+            running(worker, sa)
+            n_running = worker.max_running_requests
+        else:
+            running(runner, sa)
+            n_running = runner.max_running_requests
+        t = pool.req_to_token
+        return ReqResult(runner.max_total_num_tokens, pool.size, t.shape[0], t.shape[1], t.nbytes, n_running)
+
+    def _compile_classic(self) -> tuple:
+        torch = fake_torch()
+        stand = {
+            "torch": torch, "_is_hip": False, "is_cuda": lambda: True, "logging": log, "logger": log,
+            "SGLANG_CI_SMALL_KV_SIZE": None, "ReqToTokenPool": self._req_pool_cls(),
+            "log_info_on_rank0": lambda lg, msg: None,
+        }
+        if self.v < (0, 5, 9):
+            m = "sglang/srt/model_executor/model_runner.py"
+            init_pool = _body_slice(self._text(m), self.origin(m), "ModelRunner.init_memory_pool",
+                                    last=_is_req_pool_stmt, stand_ins=stand)
+            w = "sglang/srt/managers/tp_worker.py"
+            running = _body_slice(self._text(w), self.origin(w), "TpModelWorker.__init__", first=_assigns_running,
+                                  last=_assigns_running, params=["self", "server_args"], stand_ins={})
+        else:
+            m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+            init_pool = _body_slice(self._text(m), self.origin(m), "ModelRunnerKVCacheMixin.init_memory_pool",
+                                    last=_is_req_pool_stmt, stand_ins=stand)
+            r = "sglang/srt/model_executor/model_runner.py"
+            running = _body_slice(self._text(r), self.origin(r), "ModelRunner.initialize", first=_assigns_running,
+                                  last=_assigns_running, params=["self", "server_args"], stand_ins={})
+        return init_pool, running
+
+    # 0.5.10 - 0.5.17: mixin + pool_configurator ---------------------------------------------
+    def _pool_configurator(self, extra: Dict[str, Any]) -> Dict[str, Any]:
+        pc = "sglang/srt/model_executor/pool_configurator.py"
+        text = self._text(pc)
+        mpc = loader.compile_defs(text, self.origin(pc), ["MemoryPoolConfig.__post_init__"], {})
+        fields = loader.class_literal_defaults(text, self.origin(pc), "MemoryPoolConfig")
+
+        def memory_pool_config(max_total_num_tokens: int, **kw: Any) -> Any:
+            obj = types.SimpleNamespace(**dict(fields, max_total_num_tokens=max_total_num_tokens, **kw))
+            mpc["__post_init__"](obj)
+            return obj
+
+        names = ["DefaultPoolConfigurator.calculate_pool_sizes",
+                 "DefaultPoolConfigurator.calculate_pool_sizes_from_max_tokens"]
+        fns = loader.compile_defs(text, self.origin(pc), names, dict(extra, MemoryPoolConfig=memory_pool_config))
+        if loader.has_def(text, self.origin(pc), "MemoryPoolConfigurator.finalize_with_max_running_requests"):
+            fns.update(loader.compile_defs(text, self.origin(pc),
+                                           ["MemoryPoolConfigurator.finalize_with_max_running_requests"], {}))
+        conf_cls = type("DefaultPoolConfigurator", (), fns)
+
+        def create(mr: Any) -> Any:
+            conf = conf_cls()
+            conf._cell_size = 1  # the case's profiled "bytes" are tokens
+            conf._fixed_overhead_bytes = 0
+            conf._zero_kv_max_tokens = None
+            return conf
+
+        return {"create_memory_pool_configurator": create, "MemoryPoolConfig": memory_pool_config}
+
+    def _mixin(self, c: ReqCase) -> ReqResult:
+        if "mixin" not in self._compiled:
+            self._compiled["mixin"] = self._compile_mixin()
+        fns, extra_len = self._compiled["mixin"]
+        sa = self._server_args(c)
+        runner = types.SimpleNamespace(
+            server_args=sa, model_config=types.SimpleNamespace(context_len=c.context_len),
+            mambaish_config=None, pp_size=1, dp_size=c.dp_size if c.enable_dp_attention else 1)
+        runner._profile_available_bytes = lambda pre: c.profiled_tokens
+        for name in ("_apply_token_constraints", "_resolve_max_num_reqs"):
+            setattr(runner, name, types.MethodType(fns[name], runner))
+        try:
+            config = fns["_resolve_memory_pool_config"](runner, 0)
+        except RuntimeError as exc:
+            return ReqResult(None, None, None, None, None, None, f"RuntimeError: {exc}")
+        # _init_pools (mixin): ReqToTokenPool(size=max_running_requests,
+        #   max_context_len=context_len + get_req_to_token_extra_context_len(server_args))
+        pool = self._req_pool_cls()(size=config.max_running_requests,
+                                    max_context_len=c.context_len + extra_len(sa), device="cuda",
+                                    enable_memory_saver=False)
+        t = pool.req_to_token
+        return ReqResult(config.max_total_num_tokens, pool.size, t.shape[0], t.shape[1], t.nbytes,
+                         config.max_running_requests)
+
+    def _compile_mixin(self) -> tuple:
+        torch = fake_torch()
+        m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+        modules = {"sglang.srt.model_executor.pool_configurator":
+                   types.SimpleNamespace(**self._pool_configurator({}))}
+        fns = loader.compile_defs(self._text(m), self.origin(m), [
+            "ModelRunnerKVCacheMixin._resolve_memory_pool_config", "ModelRunnerKVCacheMixin._apply_token_constraints",
+            "ModelRunnerKVCacheMixin._resolve_max_num_reqs"],
+            {"torch": torch, "logging": log, "logger": log}, modules=modules)
+        cm = "sglang/srt/mem_cache/common.py"
+        names = ["get_req_to_token_extra_context_len", "get_alloc_reserve_per_decode", "get_alloc_len_per_decode"]
+        spec_mod = types.SimpleNamespace(SpeculativeAlgorithm=SpecAlgo)
+        common = loader.compile_defs(self._text(cm), self.origin(cm), names, {
+            "get_global_server_args": lambda: self._server_args(self._case)},
+            modules={"sglang.srt.speculative.spec_info": spec_mod})
+        return fns, common["get_req_to_token_extra_context_len"]
+
+    # 0.5.18+: KVCacheConfigurator ----------------------------------------------------------
+    def _configurator(self, c: ReqCase) -> ReqResult:
+        if "kvc" not in self._compiled:
+            self._compiled["kvc"] = self._compile_configurator()
+        fns = self._compiled["kvc"]
+        kvc = types.SimpleNamespace(
+            model_config=types.SimpleNamespace(context_len=c.context_len), mambaish_config=None,
+            attn_dp_size=c.dp_size if c.enable_dp_attention else 1, device="cuda")
+        kvc.ps = types.SimpleNamespace(attn_dp_size=kvc.attn_dp_size)
+        kvc._profile_available_bytes = lambda pre: c.profiled_tokens
+        for name in ("config_from_budget", "_apply_token_constraints", "resolve_max_num_reqs",
+                     "_build_default_req_pool"):
+            setattr(kvc, name, types.MethodType(fns[name], kvc))
+        try:
+            config = fns["_resolve_memory_pool_config"](kvc, 0)
+        except RuntimeError as exc:
+            return ReqResult(None, None, None, None, None, None, f"RuntimeError: {exc}")
+        pool = fns["_build_req_to_token_pool"](kvc, max_num_reqs=config.max_running_requests)
+        t = pool.req_to_token
+        return ReqResult(config.max_total_num_tokens, pool.size, t.shape[0], t.shape[1], t.nbytes,
+                         config.max_running_requests)
+
+    def _schedule(self) -> Any:
+        c = self._case
+        return types.SimpleNamespace(max_total_tokens=c.max_total_tokens, page_size=c.page_size,
+                                     max_running_requests=c.max_running_requests,
+                                     mem_fraction_static=c.mem_fraction_static, max_mamba_cache_size=None)
+
+    def _spec(self) -> Any:
+        c = self._case
+        return types.SimpleNamespace(speculative_algorithm=c.speculative_algorithm,
+                                     speculative_num_steps=c.speculative_num_steps,
+                                     speculative_eagle_topk=c.speculative_eagle_topk,
+                                     speculative_num_draft_tokens=c.speculative_num_draft_tokens,
+                                     max_speculative_num_draft_tokens=None, speculative_adaptive=False)
+
+    def _compile_configurator(self) -> Dict[str, Any]:
+        torch = fake_torch()
+        common: Dict[str, Any] = {
+            "get_schedule": self._schedule, "get_spec": self._spec,
+            "get_parallel": lambda: types.SimpleNamespace(attn_dcp_size=1, attn_dp_size=1, pp_size=1),
+            "get_memory": lambda: types.SimpleNamespace(enable_unified_memory=False, disable_radix_cache=False),
+            "get_disagg": lambda: types.SimpleNamespace(disaggregation_mode="null", enable_pd_role_switch=False),
+            "get_exec": lambda: types.SimpleNamespace(features=types.SimpleNamespace(enable_memory_saver=False)),
+            "configured_pp_size": lambda: 1, "torch": torch, "logging": log, "logger": log,
+            "_is_npu": False, "ReqToTokenPool": self._req_pool_cls(),
+        }
+        # allocation_sizing.py: runs the real module-level helpers; its runtime_context imports get
+        # the same stand-ins (max_speculative_num_draft_tokens is the released one when present).
+        al = "sglang/srt/mem_cache/allocation_sizing.py"
+        al_names = ["get_req_to_token_extra_context_len", "get_alloc_reserve_per_decode", "get_alloc_len_per_decode"]
+        text = self._text(al)
+        if loader.has_def(text, self.origin(al), "get_alloc_page_size"):
+            al_names.append("get_alloc_page_size")
+        rc = "sglang/srt/runtime_context.py"
+        mx = self._max_draft_tokens()
+        spec_mod = types.SimpleNamespace(SpeculativeAlgorithm=SpecAlgo)
+        alloc = loader.compile_defs(text, self.origin(al), al_names, dict(common, max_speculative_num_draft_tokens=mx),
+                                    modules={"sglang.srt.speculative.spec_info": spec_mod})
+        modules = {"sglang.srt.model_executor.pool_configurator":
+                   types.SimpleNamespace(**self._pool_configurator({}))}
+        m = "sglang/srt/mem_cache/kv_cache_configurator.py"
+        names = ["KVCacheConfigurator._resolve_memory_pool_config", "KVCacheConfigurator.config_from_budget",
+                 "KVCacheConfigurator._apply_token_constraints", "KVCacheConfigurator.resolve_max_num_reqs",
+                 "KVCacheConfigurator._build_req_to_token_pool", "KVCacheConfigurator._build_default_req_pool"]
+        fns = loader.compile_defs(self._text(m), self.origin(m), names, dict(
+            common, get_req_to_token_extra_context_len=alloc["get_req_to_token_extra_context_len"],
+            is_deepseek_v4=lambda hf: False), modules=modules)
+        del rc
+        return fns
+
+    def _max_draft_tokens(self) -> Callable[[], Optional[int]]:
+        rc = "sglang/srt/runtime_context.py"
+        if self.src.has(rc) and loader.has_def(self._text(rc), self.origin(rc), "max_speculative_num_draft_tokens"):
+            return loader.compile_defs(self._text(rc), self.origin(rc), ["max_speculative_num_draft_tokens"],
+                                       {"get_spec": self._spec})["max_speculative_num_draft_tokens"]
+        raise loader.StandInMissing(f"{self.src.label}: no runtime_context.max_speculative_num_draft_tokens")
