@@ -114,6 +114,7 @@ class ModelSpec:
     vision: VisionSpec | None = None
     quant: QuantSpec = field(default_factory=QuantSpec)
     assumed: tuple[str, ...] = ()  # fields we had to assume (unknown model_type, missing keys)
+    sglang_context_len: int | None = None  # SGLang's get_context_length(hf_text_config), see below
 
     # --- derived counts -------------------------------------------------------------------
     @property
@@ -192,6 +193,34 @@ def _int(cfg: Mapping[str, Any], key: str, *, required: bool = True, default: in
         raise ConfigError(f"'{key}' must be a non-negative integer, got {v!r}", field=key,
                           fix="fix the value in config.json")
     return int(v)
+
+
+# sglang/srt/utils/hf_transformers_utils.py CONTEXT_LENGTH_KEYS (same @ v0.4.6.post5 ... v0.5.23)
+SGLANG_CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                              "max_position_embeddings")
+
+
+def sglang_context_length(text: Mapping[str, Any], fallback: int) -> int:
+    """SGLang's derived ``context_len``: ``get_context_length(hf_text_config)``
+    (hf_transformers_utils.py @ v0.4.6.post5, v0.5.9, v0.5.23): the first of
+    ``CONTEXT_LENGTH_KEYS`` times the rope-scaling ``factor``, except when the rope-scaling dict
+    has ``original_max_position_embeddings`` or ``rope_type == "llama3"`` (factor 1). So a linear
+    ``factor: 8`` (gemma-3) gives 8 x max_position_embeddings, yarn with an original length does
+    not. transformers fills ``rope_type`` from a legacy ``type`` key, so both are read."""
+    rope = text.get("rope_scaling")
+    factor: float = 1
+    if isinstance(rope, Mapping) and rope:
+        f = rope.get("factor", 1)
+        factor = f if isinstance(f, (int, float)) and not isinstance(f, bool) else 1
+        if "original_max_position_embeddings" in rope:
+            factor = 1
+        if (rope.get("rope_type") or rope.get("type")) == "llama3":
+            factor = 1
+    for key in SGLANG_CONTEXT_LENGTH_KEYS:
+        val = text.get(key)
+        if isinstance(val, (int, float)) and not isinstance(val, bool) and val > 0:
+            return int(factor * val)
+    return int(factor * fallback)
 
 
 def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
@@ -428,6 +457,7 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         vision=_vision(config),
         quant=quant_from_config(config, text, hf_quant_config),
         assumed=tuple(assumed),
+        sglang_context_len=sglang_context_length(text, int(max_pos)),
     )
     for note in assumed:
         warnings.warn(f"kvscope: {spec.name}: {note}", stacklevel=2)

@@ -76,9 +76,10 @@ def validate(spec: ModelSpec, a: SGLangArgs) -> None:
     if a.pp_size > spec.num_hidden_layers:
         raise FlagError(f"pp_size {a.pp_size} exceeds num_hidden_layers {spec.num_hidden_layers}", field="--pp",
                         fix="use fewer pipeline stages")
-    if a.context_length is not None and a.context_length > spec.max_position_embeddings:
+    derived = derived_context_len(spec)
+    if a.context_length is not None and a.context_length > derived:
         raise FlagError(f"User-specified context_length ({a.context_length}) is greater than the derived "
-                        f"context_length ({spec.max_position_embeddings})", field="--context-length",
+                        f"context_length ({derived})", field="--context-length",
                         fix="lower it, or set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in SGLang")
     if a.page_size is not None and a.page_size < 1:
         raise FlagError("must be >= 1", field="--page-size", fix="e.g. 1, 16 or 64")
@@ -105,6 +106,12 @@ def _draft_weights_bytes(spec: ModelSpec, a: SGLangArgs, draft: ModelSpec | None
     return with_mtp - without
 
 
+def derived_context_len(spec: ModelSpec) -> int:
+    """``ModelConfig.context_len`` when ``--context-length`` is not given (model_config.py @ v0.5.9
+    ``_derive_context_length``): SGLang's ``get_context_length``, see ``ModelSpec.sglang_context_len``."""
+    return spec.sglang_context_len or spec.max_position_embeddings
+
+
 def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = None,
                 measured: Measured | None = None, draft: ModelSpec | None = None,
                 exact_weights_per_rank: int | None = None) -> Timeline:
@@ -114,7 +121,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     measured = measured or Measured()
     world = a.tp_size * a.pp_size
     attn_tp = a.attn_tp_size
-    context_len = a.context_length or spec.max_position_embeddings
+    context_len = a.context_length or derived_context_len(spec)
     d = resolve_defaults(v, a, gpu.memory_mib, is_mla=spec.is_mla, is_multimodal=spec.is_multimodal,
                          vit_num_layers=spec.vision.sglang_num_layers if spec.vision else 24,
                          vit_hidden_size=spec.vision.sglang_hidden_size if spec.vision else 1024,
@@ -407,7 +414,7 @@ def _fixes(v, a: SGLangArgs, spec: ModelSpec, starts: bool, mfs: float, min_mfs:
                            "fix a negative budget"))
         return out
     if tokens < context_len:
-        need = min(context_len, spec.max_position_embeddings) * cell
+        need = min(context_len, derived_context_len(spec)) * cell
         f = mem.min_viable_fraction(pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, reserve_gib=reserve,
                                     need_bytes=need)
         if f / factor < 1:
