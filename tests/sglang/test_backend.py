@@ -40,6 +40,8 @@ def resolve(ref, gpu, version, context=131072, **kw):
     ("moonshotai/Kimi-K2.5", "rtx-pro-6000", "0.5.23", "triton", 1),  # the origin case
     ("openai/gpt-oss-120b", "b200", "0.5.9", "trtllm_mha", 64),
     ("openai/gpt-oss-120b", "h100", "0.5.9", "fa3", 1),
+    ("Qwen/Qwen3-Next-80B-A3B-Thinking", "b200", "0.5.13", "triton", 1),  # mamba radix cache: page 1
+    ("Qwen/Qwen3-Next-80B-A3B-Thinking", "b200", "0.5.9", "trtllm_mha", 64),  # generic SM100 rule
 ])
 def test_default_backend_and_page(model, gpu, version, backend, page):
     be = resolve(model, gpu, version, tp_size=8)
@@ -52,6 +54,11 @@ def test_user_page_kept_when_the_backend_allows_it():
     assert resolve("meta-llama/Llama-3.1-8B-Instruct", "b200", "0.5.9", page_size=128).page_size == 64
     assert resolve("meta-llama/Llama-3.1-8B-Instruct", "b200", "0.5.23", page_size=128).page_size == 128
     assert resolve("deepseek-ai/DeepSeek-R1", "h100", "0.5.9", attention_backend="cutlass_mla").page_size == 128
+
+
+def test_hybrid_gdn_on_sm100_without_radix_cache_uses_trtllm_mha():
+    be = resolve("Qwen/Qwen3-Next-80B-A3B-Thinking", "b200", "0.5.23", tp_size=4, disable_radix_cache=True)
+    assert (be.name, be.page_size) == ("trtllm_mha", 64)
 
 
 def test_dsa_page_size_by_platform():

@@ -25,8 +25,11 @@ the released wheels:
   attention_hook.py @ v0.5.23 l.244, unless ``SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION``).
   Absent @ v0.4.6.post5.
 
+* hybrid GDN models (Qwen3-Next, Qwen3.5) on SM100 from 0.5.13: triton while the mamba radix
+  cache is on, trtllm_mha (page 64) with ``--disable-radix-cache`` or speculative decoding.
+
 Not modelled (left at page size 1 / no factor): FA4 prefill for asymmetric-KV MHA (page 128),
-hybrid GDN models' SM100 trtllm_mha page 64 (0.5.18+ ``_qwen3_5_hybrid_overrides``), NPU/XPU/MUSA.
+the mamba ``extra_buffer`` scheduler strategy, NPU/XPU/MUSA.
 Version boundaries between the wheels read (0.4.7, 0.5.4-0.5.5) are inferred.
 """
 
@@ -48,6 +51,14 @@ FA3_DEFAULT_ARCHITECTURES = frozenset({
     "Qwen2ForCausalLM", "Llama4ForConditionalGeneration", "LlamaForCausalLM", "Olmo2ForCausalLM",
     "Gemma2ForCausalLM", "Gemma3ForConditionalGeneration", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
     "Glm4MoeForCausalLM", "Glm4vMoeForConditionalGeneration", "Step3VLForConditionalGeneration",
+})
+
+# server_args.py @ v0.5.13 l.2506 / overrides.py::_qwen3_5_hybrid_overrides @ v0.5.18: on SM100
+# these default to triton (page 1) while the mamba radix cache is on (no extra buffer, no spec),
+# else trtllm_mha (page 64). The "auto" mamba_scheduler_strategy is taken as no_buffer.
+HYBRID_GDN_ARCHS = frozenset({
+    "Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
+    "InternS2PreviewForConditionalGeneration",
 })
 
 # Backends that force a page size: (allowed sizes, size forced otherwise).
@@ -112,6 +123,10 @@ def default_backend(v: Version, spec: ModelSpec, gpu: GPU, a: SGLangArgs) -> tup
         name = {"sm100": "trtllm_mha", "sm90": "fa3", "hip": "aiter"}.get(plat)
         if name:
             return name, "model override", f"Llama 4 on {gpu.sm}"
+    if arch in HYBRID_GDN_ARCHS and plat == "sm100" and at_least(v, "0.5.13"):
+        if a.disable_radix_cache or a.speculative_algorithm is not None:
+            return "trtllm_mha", "model override", f"{arch} on SM100 without mamba radix cache"
+        return "triton", "model override", f"{arch} on SM100: mamba radix cache needs page_size 1"
     if spec.is_mla:
         if arch == "DeepseekV3ForCausalLM" and plat == "sm100" and at_least(v, "0.5.6"):
             return "trtllm_mla", "model override", "DeepseekV3ForCausalLM on SM100"
