@@ -451,3 +451,122 @@ class SGLangPools:
             return loader.compile_defs(self._text(rc), self.origin(rc), ["max_speculative_num_draft_tokens"],
                                        {"get_spec": self._spec})["max_speculative_num_draft_tokens"]
         raise loader.StandInMissing(f"{self.src.label}: no runtime_context.max_speculative_num_draft_tokens")
+
+
+# ---------------------------------------------------------------------------------------------
+# the mamba carve
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MambaCase:
+    rest_gib: float  # rest_memory handed to handle_max_mamba_cache
+    per_req_bytes: int  # mamba2_cache_params.mamba_cache_per_req
+    mamba_full_memory_ratio: float = 0.9
+    max_mamba_cache_size: Optional[int] = None
+    disable_radix_cache: bool = False
+    max_running_requests: Optional[int] = None
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    speculative_algorithm: Optional[str] = None
+    speculative_num_draft_tokens: Optional[int] = None
+    is_gdn: bool = True  # Qwen3-Next-style (hybrid_gdn_config) vs Mamba2 (Nemotron-H / Falcon-H1)
+
+
+@dataclass
+class MambaResult:
+    rest_gib: Optional[float]
+    max_mamba_cache_size: Optional[int]
+    error: Optional[str] = None
+
+
+def mamba_members(version: str) -> tuple:
+    v = _vtuple(version)
+    if v < (0, 5, 9):
+        return ("sglang/srt/model_executor/model_runner.py",)
+    if v < (0, 5, 18):
+        return ("sglang/srt/model_executor/model_runner_kv_cache_mixin.py",)
+    return ("sglang/srt/mem_cache/kv_cache_configurator.py",)
+
+
+def _mamba_handle(self: SGLangPools, c: MambaCase) -> MambaResult:
+    self._case = c
+    if "mamba" not in self._compiled:
+        self._compiled["mamba"] = _compile_mamba(self)
+    fns = self._compiled["mamba"]
+    attn_dp = c.dp_size if c.enable_dp_attention else 1
+    cfg = types.SimpleNamespace(mamba2_cache_params=types.SimpleNamespace(
+        mamba_cache_per_req=c.per_req_bytes, layers=[0]))
+    sa = types.SimpleNamespace(
+        speculative_num_draft_tokens=c.speculative_num_draft_tokens, disable_radix_cache=c.disable_radix_cache,
+        max_mamba_cache_size=c.max_mamba_cache_size, max_running_requests=c.max_running_requests,
+        mamba_full_memory_ratio=c.mamba_full_memory_ratio, dp_size=c.dp_size,
+        enable_dp_attention=c.enable_dp_attention, disable_overlap_schedule=False,
+        enable_mamba_extra_buffer=lambda: False, enable_mamba_extra_buffer_lazy=lambda: False)
+    host = types.SimpleNamespace(
+        mambaish_config=cfg, server_args=sa, hybrid_gdn_config=object() if c.is_gdn else None,
+        hybrid_kda_config=None, spec_algorithm=SpecAlgo(c.speculative_algorithm), dp_size=attn_dp,
+        attn_dp_size=attn_dp, pp_size=1, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=attn_dp),
+        extra_mamba_cache_bytes_per_req=0, model_config=types.SimpleNamespace(num_hidden_layers=1))
+    host.fused_entry_bytes = lambda name: None
+    if "_calculate_mamba_ratio" in fns:
+        host._calculate_mamba_ratio = types.MethodType(fns["_calculate_mamba_ratio"], host)
+    self._schedule_state = types.SimpleNamespace(
+        max_mamba_cache_size=c.max_mamba_cache_size, max_running_requests=c.max_running_requests,
+        mamba_full_memory_ratio=c.mamba_full_memory_ratio, disable_overlap_schedule=False)
+    try:
+        rest = fns["handle"](host, c.rest_gib)
+    except RuntimeError as exc:
+        return MambaResult(None, None, f"RuntimeError: {exc}")
+    size = sa.max_mamba_cache_size if self.v < (0, 5, 18) else self._schedule_state.max_mamba_cache_size
+    return MambaResult(rest, size)
+
+
+def _compile_mamba(self: SGLangPools) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    if self.v < (0, 5, 9):
+        m = "sglang/srt/model_executor/model_runner.py"
+        out["handle"] = loader.compile_defs(self._text(m), self.origin(m), ["ModelRunner.handle_max_mamba_cache"],
+                                            {})["handle_max_mamba_cache"]
+        return out
+    if self.v < (0, 5, 18):
+        m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+        names = ["ModelRunnerKVCacheMixin.handle_max_mamba_cache"]
+        if loader.has_def(self._text(m), self.origin(m), "ModelRunnerKVCacheMixin._calculate_mamba_ratio"):
+            names.append("ModelRunnerKVCacheMixin._calculate_mamba_ratio")
+        fns = loader.compile_defs(self._text(m), self.origin(m), names, {})
+        out["handle"] = fns["handle_max_mamba_cache"]
+        if "_calculate_mamba_ratio" in fns:
+            out["_calculate_mamba_ratio"] = fns["_calculate_mamba_ratio"]
+        return out
+
+    def override(_name: str, **kw: Any) -> None:
+        for k, val in kw.items():
+            setattr(self._schedule_state, k, val)
+
+    m = "sglang/srt/mem_cache/kv_cache_configurator.py"
+    text = self._text(m)
+    stand = {
+        "get_exec": lambda: types.SimpleNamespace(mamba=types.SimpleNamespace(
+            enable_linear_replayssm_spec=False, enable_mamba_extra_buffer=False,
+            enable_mamba_extra_buffer_lazy=False)),
+        "get_spec": lambda: types.SimpleNamespace(speculative_num_draft_tokens=self._case.speculative_num_draft_tokens,
+                                                  speculative_algorithm=self._case.speculative_algorithm),
+        "get_schedule": lambda: self._schedule_state,
+        "get_memory": lambda: types.SimpleNamespace(disable_radix_cache=self._case.disable_radix_cache,
+                                                    enable_unified_memory=False),
+        "get_disagg": lambda: types.SimpleNamespace(disaggregation_mode="null", enable_pd_role_switch=False),
+        "get_context": lambda: types.SimpleNamespace(override=override),
+        "envs": _Env({"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": False}),
+        "mamba_extra_buffer_enabled": lambda: False, "mamba_extra_buffer_lazy_enabled": lambda: False,
+        "_is_npu": False,
+    }
+    names = ["KVCacheConfigurator._handle_max_mamba_cache", "KVCacheConfigurator._calculate_mamba_ratio"]
+    if loader.has_def(text, self.origin(m), "_pd_prefill_skips_mamba_spec_state"):
+        names.append("_pd_prefill_skips_mamba_spec_state")
+    fns = loader.compile_defs(text, self.origin(m), names, stand)
+    out["handle"] = fns["_handle_max_mamba_cache"]
+    out["_calculate_mamba_ratio"] = fns["_calculate_mamba_ratio"]
+    return out
+
+
+SGLangPools.mamba = _mamba_handle  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ import pytest
 from . import cases
 from .conftest import count_cases, require_source
 from .sglang_engine import _vtuple
-from .sglang_engine_pools import ReqCase, SGLangPools, req_members
+from .sglang_engine_pools import MambaCase, ReqCase, SGLangPools, mamba_members, req_members
 from .wheels import SGLANG_VERSIONS
 
 memory = pytest.importorskip("kvscope.engines.sglang.memory")
@@ -88,3 +88,67 @@ def test_request_pools(version, multiplier):
                 "(+cap, page, classic spec headroom, RuntimeError)", n)
     assert not bad, (f"sglang {version}: {len(bad)}/{n} differ (T, pool size, rows, row len, bytes, running, "
                      "error); first: " + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))
+
+
+# ---------------------------------------------------------------------------------------------
+# the mamba carve
+
+N_MAMBA = 1500
+
+
+def gen_mamba(rng: random.Random, version: str) -> MambaCase:
+    v = _vtuple(version)
+    per_req = rng.choice([
+        rng.randint(1, 64) * (1 << 20),  # 1-64 MiB: Qwen3-Next / Nemotron-H per rank
+        rng.randint(100_000, 200_000_000), 37_748_736, 50_331_648, 12_582_912])
+    dp = rng.choice([1, 1, 2, 4, 8])
+    spec = rng.random() < 0.35 and v >= (0, 5)
+    radix_off = rng.random() < 0.3
+    running = cases.maybe(rng, 0.5, rng.choice([1, 8, 32, 64, 128, 256, 512, 1024, rng.randint(1, 5000)]))
+    if spec and running is None:
+        running = rng.choice([16, 64, 256, rng.randint(1, 2000)])  # SGLang asserts it is set
+    return MambaCase(
+        rest_gib=rng.choice([rng.uniform(-2, 0.5), rng.uniform(0.5, 10), rng.uniform(10, 120)]),
+        per_req_bytes=per_req,
+        mamba_full_memory_ratio=rng.choice([0.9, 0.9, 0.5, 0.2, 1.0, 2.0, round(rng.uniform(0.05, 4), 3)]),
+        max_mamba_cache_size=cases.maybe(rng, 0.2, rng.choice([1, 16, 256, 1024, rng.randint(1, 5000)])),
+        disable_radix_cache=radix_off, max_running_requests=running,
+        dp_size=dp, enable_dp_attention=dp > 1 and rng.random() < 0.6,
+        speculative_algorithm=rng.choice(["EAGLE", "EAGLE3", "STANDALONE"]) if spec else None,
+        speculative_num_draft_tokens=rng.choice([2, 4, 8, 16, rng.randint(1, 64)]) if spec else None,
+        is_gdn=rng.random() < 0.6,
+    )
+
+
+def kvscope_mamba(version: str, c: MambaCase):
+    v = args_mod.parse_version(version)
+    r = memory.handle_max_mamba_cache(
+        v, c.rest_gib, c.per_req_bytes, ratio=c.mamba_full_memory_ratio, max_mamba_cache_size=c.max_mamba_cache_size,
+        disable_radix_cache=c.disable_radix_cache, max_running_requests=c.max_running_requests,
+        attn_dp_size=c.dp_size if c.enable_dp_attention else 1,
+        speculative_num_draft_tokens=c.speculative_num_draft_tokens if c.speculative_algorithm else None,
+        is_gdn=c.is_gdn)
+    if r.error is not None:
+        return None, None, r.error
+    return r.rest_gib, r.max_mamba_cache_size, None
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_mamba_carve(version, multiplier):
+    if _vtuple(version) < (0, 5):
+        pytest.skip("sglang 0.4.6.post5 has no mamba/linear-attention state pool (no handle_max_mamba_cache)")
+    require_source("sglang", version, mamba_members(version))
+    engine = SGLangPools(version)
+    n = N_MAMBA * multiplier
+    bad = []
+    for rng in cases.rngs(seed=67, n=n):
+        c = gen_mamba(rng, version)
+        t = engine.mamba(c)
+        theirs = (t.rest_gib, t.max_mamba_cache_size, t.error)
+        ours = kvscope_mamba(version, c)
+        if ours != theirs:
+            bad.append((c, ours, theirs))
+    count_cases("sglang", version, "mamba carve: max_mamba_cache_size + rest after the state pool (+spec "
+                "intermediate, dp, radix off, RuntimeError)", n)
+    assert not bad, (f"sglang {version}: {len(bad)}/{n} differ (rest GiB, max_mamba_cache_size, error); first: "
+                     + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))

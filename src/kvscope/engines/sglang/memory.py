@@ -156,23 +156,104 @@ class MambaCarve:
     rest_gib: float  # rest memory left for KV after the state pool
     max_mamba_cache_size: int
     per_req_bytes: int
+    error: str | None = None  # RuntimeError "Not enough GPU memory for hybrid ..." (>=0.5.13)
+
+
+def mamba_request_ratio(disable_radix_cache: bool) -> int:
+    """``_calculate_mamba_ratio`` with the default ``no_buffer`` strategy and env: 1 without the radix
+    cache, else ``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO`` = 3 (mixin @ v0.5.13/0.5.14,
+    kv_cache_configurator.py @ v0.5.18/0.5.23; model_runner.py @ v0.5.6)."""
+    return 1 if disable_radix_cache else 3
+
+
+def _mamba_oom_text(size: int, rest_gib: float, per_req_bytes: int) -> str:
+    return (f"RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. "
+            f"Computed max_mamba_cache_size={size} (total_rest_memory={rest_gib:.2f} GB, "
+            f"mamba_cache_per_req={per_req_bytes / (1 << 20):.2f} MB). Try: (1) reduce --max-running-requests, "
+            f"(2) increase --mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or "
+            f"(4) use GPUs with more memory.")
 
 
 def handle_max_mamba_cache(v: Version, rest_gib: float, per_req_bytes: int, *, ratio: float = 0.9,
-                           max_mamba_cache_size: int | None = None) -> MambaCarve:
-    """``_handle_max_mamba_cache`` (kv_cache_configurator.py @ v0.5.23 l.3252; mixin @ v0.5.9):
-    split ``rest`` as state : KV = R : 1 (R = --mamba-full-memory-ratio, default 0.9) unless the size is given.
-    v0.5.23 keeps a padding slot (+1); v0.5.9 did not."""
-    pad = 1 if at_least(v, "0.5.14") else 0
-    if per_req_bytes <= 0:
+                           max_mamba_cache_size: int | None = None, disable_radix_cache: bool = False,
+                           max_running_requests: int | None = None, attn_dp_size: int = 1,
+                           speculative_num_draft_tokens: int | None = None, is_gdn: bool = True) -> MambaCarve:
+    """Carve the mamba/linear-attention state pool out of ``rest`` (GiB floats, in the engine's order).
+
+    ``ratio`` = ``--mamba-full-memory-ratio`` R; ``speculative_num_draft_tokens`` D is set iff a
+    speculative algorithm is (SGLang then requires ``--max-running-requests``).
+
+    * <0.5.9 (model_runner.py ``handle_max_mamba_cache`` @ v0.5.6 l.1450): radix cache off → size =
+      user size, else ``--max-running-requests``, else 512; otherwise ``int(rest R/(1+R) 2^30 // per_req //
+      (1+D))`` (a user size is overwritten); GDN models divide by attn-DP; state = size · per_req · (1+D).
+    * 0.5.9-0.5.12 (mixin @ v0.5.9 l.151): spec first subtracts ``per_req · (running // dp) · D``;
+      size = user // dp, else (radix off) running // dp, else ``int(rest R/(1+R) 2^30 // per_req)``.
+    * 0.5.13-0.5.17 (mixin @ v0.5.13 l.82 = @ v0.5.14 l.122): spec solved jointly,
+      ``K = int(B // (per_req (1 + D/ratio)))``, intermediate ``per_req · min(running // dp, K // ratio) · D``;
+      RuntimeError when K <= 0.
+    * 0.5.18+ (kv_cache_configurator.py ``_handle_max_mamba_cache`` @ v0.5.18 l.1970, @ v0.5.23 l.3229):
+      the +1 padding slot on both buffers: ``K = int((B − per_req(1+D)) // (per_req(1+D/ratio)))`` or
+      ``int((B − per_req) // per_req)``, intermediate ``per_req (capped+1) D``, state ``(K+1) per_req``;
+      after 0.5.20 ``max(1, running // dp)``. (PP=1; no ReplaySSM, no fused draft state, no extra buffer.)
+    """
+    g = 1 << 30
+    if per_req_bytes <= 0 and not at_least(v, "0.5.9"):
+        pass
+    elif per_req_bytes <= 0:
         return MambaCarve(rest_gib, 0, 0)
-    if max_mamba_cache_size is None:
-        budget = int(rest_gib * ratio / (1 + ratio) * GIB)
-        size = int((budget - per_req_bytes * pad) // per_req_bytes)
+    dp = attn_dp_size
+    D = speculative_num_draft_tokens
+    spec = D is not None
+    rest = rest_gib
+    if not at_least(v, "0.5.9"):
+        d = D or 0
+        if disable_radix_cache or per_req_bytes == 0:
+            size = max_mamba_cache_size if max_mamba_cache_size is not None else (
+                max_running_requests if max_running_requests is not None else 512)
+        else:
+            raw = rest * ratio / (1 + ratio)
+            size = int((raw * g) // per_req_bytes // (1 + d))
+        if is_gdn:
+            size = size // dp
+        return MambaCarve(rest - size * per_req_bytes * (1 + d) / g, size, per_req_bytes)
+    if not at_least(v, "0.5.13"):
+        if spec:
+            rest = rest - (per_req_bytes * (max_running_requests // dp) * D) / g
+        if max_mamba_cache_size is not None:
+            size = max_mamba_cache_size // dp
+        elif disable_radix_cache and max_running_requests is not None:
+            size = max_running_requests // dp
+        else:
+            raw = rest * ratio / (1 + ratio)
+            size = int((raw * g) // per_req_bytes)
+        return MambaCarve(rest - size * per_req_bytes / g, size, per_req_bytes)
+    pad = 1 if at_least(v, "0.5.18") else 0
+    one = (lambda n: max(1, n)) if v > Version("0.5.20") else (lambda n: n)
+    mratio = mamba_request_ratio(disable_radix_cache)
+    per = per_req_bytes
+    if max_mamba_cache_size is not None:
+        size = max_mamba_cache_size // dp
+        if spec:
+            capped = min(one(max_running_requests // dp), size // mratio)
+            rest = rest - (per * (capped + pad) * D) / g
+    elif disable_radix_cache and max_running_requests is not None:
+        size = one(max_running_requests // dp) if pad else max_running_requests // dp
+        if spec:
+            rest = rest - (per * (size + pad) * D) / g
     else:
-        size = max_mamba_cache_size
-    rest = rest_gib - (size + pad) * per_req_bytes / GIB
-    return MambaCarve(rest, max(size, 0), per_req_bytes)
+        budget_bytes = rest * ratio / (1 + ratio) * g
+        if spec:
+            if pad:
+                size = int((budget_bytes - per * (1 + D)) // (per * (1 + D / mratio)))
+            else:
+                size = int(budget_bytes // (per * (1 + D / mratio)))
+            capped = min(one(max_running_requests // dp), size // mratio)
+            rest = rest - (per * (capped + pad) * D) / g
+        else:
+            size = int((budget_bytes - per) // per) if pad else int(budget_bytes // per)
+    if size <= 0:
+        return MambaCarve(rest, size, per, _mamba_oom_text(size, rest, per))
+    return MambaCarve(rest - (size + pad) * per / g, size, per)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +314,10 @@ def runtime_error_text(v: Version, mfs: float) -> str:
 
 def profile(v: Version, *, pre_model_load_gib: float, available_gpu_gib: float, mem_fraction_static: float,
             cell_bytes: int, mm_reservation: float = 0.0, mamba_per_req_bytes: int = 0,
-            mamba_ratio: float = 0.9, max_mamba_cache_size: int | None = None) -> tuple[Profile, MambaCarve | None]:
+            mamba_ratio: float = 0.9, max_mamba_cache_size: int | None = None, disable_radix_cache: bool = False,
+            max_running_requests: int | None = None, attn_dp_size: int = 1,
+            speculative_num_draft_tokens: int | None = None, mamba_is_gdn: bool = True,
+            ) -> tuple[Profile, MambaCarve | None]:
     """``profile_max_num_token`` (<0.5.14) / ``_profile_available_bytes`` + ``DefaultPoolConfigurator`` (>=0.5.14).
 
     rest = available − pre × (1 − mfs) [− mm reservation (>=0.5.18)] [− mamba state];
@@ -246,7 +330,14 @@ def profile(v: Version, *, pre_model_load_gib: float, available_gpu_gib: float, 
     mamba_gib = 0.0
     if mamba_per_req_bytes:
         carve = handle_max_mamba_cache(v, rest, mamba_per_req_bytes, ratio=mamba_ratio,
-                                       max_mamba_cache_size=max_mamba_cache_size)
+                                       max_mamba_cache_size=max_mamba_cache_size,
+                                       disable_radix_cache=disable_radix_cache,
+                                       max_running_requests=max_running_requests, attn_dp_size=attn_dp_size,
+                                       speculative_num_draft_tokens=speculative_num_draft_tokens,
+                                       is_gdn=mamba_is_gdn)
+        if carve.error is not None:
+            return Profile(pre_model_load_gib, available_gpu_gib, mem_fraction_static, slack, mm_reservation, 0.0,
+                           carve.rest_gib, 0, cell_bytes, 0, carve.error), carve
         mamba_gib = rest - carve.rest_gib
         rest = carve.rest_gib
     error = None

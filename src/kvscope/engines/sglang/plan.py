@@ -177,7 +177,11 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
         p, c = mem.profile(v, pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, mem_fraction_static=mfs,
                            cell_bytes=cell.cell_bytes if not swa_pool else
                            cell.full_layer_bytes * cell.num_full_layers + cell.swa_layer_bytes * cell.num_swa_layers,
-                           mm_reservation=mm_gib, mamba_per_req_bytes=mamba_per_req)
+                           mm_reservation=mm_gib, mamba_per_req_bytes=mamba_per_req,
+                           disable_radix_cache=a.disable_radix_cache, max_running_requests=a.max_running_requests,
+                           attn_dp_size=a.attn_dp_size, mamba_is_gdn=bool(spec.mamba and spec.mamba.kind == "gdn"),
+                           speculative_num_draft_tokens=a.speculative_num_draft_tokens if a.speculative_algorithm
+                           else None)
         prof = prof or p
         carve = carve or c
         if p.error is None and swa_pool and at_least(v, "0.5.14"):
@@ -234,7 +238,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
         kv_alloc = mem.kv_buffer_bytes(tokens, page, target_cell) if starts else 0
     per_layer = cell_worst.full_layer_bytes
     draft_kv = mem.kv_buffer_bytes(tokens, page, per_layer * draft_layers) if starts and draft_layers else 0
-    mamba_bytes = ((carve.max_mamba_cache_size + (1 if at_least(v, "0.5.14") else 0)) * carve.per_req_bytes
+    mamba_bytes = ((carve.max_mamba_cache_size + (1 if at_least(v, "0.5.18") else 0)) * carve.per_req_bytes
                    if carve is not None and starts else 0)
 
     # --- verdict helpers ---------------------------------------------------------------------
