@@ -1,0 +1,87 @@
+"""Text rendering of a ``kvscope fit`` result: ranked options, launch commands, rejections, shortfall."""
+
+from __future__ import annotations
+
+from ..fit import FitResult
+
+ENGINE_NAME = {"sglang": "SGLang", "vllm": "vLLM"}
+MAX_ROWS = 12  # options shown in the table (all of them with --all)
+MAX_COMMANDS = 2
+
+
+def _estimated_note(names) -> str:
+    names = [n for n in names if not n.startswith("runtime_headroom")]
+    return f"est. ({', '.join(names)})" if names else "from measured inputs"
+
+
+def _per(o) -> str:
+    if o.candidate.dp == 1:
+        return ""
+    return " per DP worker" if o.candidate.dp_attention else " per replica"
+
+
+def render_fit(res: FitResult, *, show_all: bool = False) -> str:
+    eng = ENGINE_NAME.get(res.engine, res.engine)
+    lines = [
+        f"kvscope fit · {eng} {res.engine_version} · {res.model} · up to {res.gpus}× {res.gpu}",
+        f"target: {res.concurrency} requests × {res.context_tokens:,} tokens = {res.target_tokens:,} KV tokens"
+        + ("" if res.engine == "sglang" else " (vLLM: Maximum concurrency ≥ "
+           f"{res.concurrency} at --max-model-len {res.context_tokens})"),
+        "",
+    ]
+    if res.options:
+        knob = res.options[0].knob
+        lines.append(f"working configurations (fewest GPUs, then unquantized KV, then headroom; {knob} "
+                     f"on a {res.step:g} grid):")
+        head = ("  #", "option", "GPUs", "min", "max", "KV tokens", "concurrency", "headroom")
+        rows = []
+        shown = res.options if show_all else res.options[:MAX_ROWS]
+        for i, o in enumerate(shown, 1):
+            per = "" if o.candidate.dp == 1 else "/worker" if o.candidate.dp_attention else "/replica"
+            rows.append((f"  {i}", o.candidate.label, str(o.candidate.num_gpus), f"{o.fraction:g}",
+                         f"{o.fraction_max:g}", f"{o.kv_cache_tokens:,}{per}", f"{o.concurrency:.2f}",
+                         f"{o.headroom:.2f}×"))
+        widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
+        for r in [head, *rows]:
+            lines.append("  ".join(c.ljust(widths[j]) if j < 2 else c.rjust(widths[j]) for j, c in enumerate(r)).rstrip())
+        if len(res.options) > len(shown):
+            lines.append(f"  … {len(res.options) - len(shown)} more (--all)")
+        lines.append("  min: smallest value that holds the target; max: "
+                     + ("largest with estimated runtime headroom ≥ 0 (graphs, activations)" if res.engine == "sglang"
+                        else "largest vLLM accepts (requested ≤ free memory at startup, est.)")
+                     + "; headroom: capacity at max / target")
+        lines.append("")
+        for i, o in enumerate(res.options[:MAX_COMMANDS], 1):
+            lines.append(f"{'best' if i == 1 else 'next'}: {o.candidate.label} on {o.candidate.num_gpus} GPU(s) — "
+                         f"{o.kv_cache_tokens:,} KV tokens{_per(o)} at "
+                         f"{o.knob} {o.fraction:g}"
+                         + (f" (+{o.tokens_per_step:,} per +0.01)" if o.tokens_per_step else "")
+                         + f"; inputs {_estimated_note(o.estimated)}")
+            if o.above_default:
+                lines.append(f"  note: {o.knob} {o.fraction:g} is above the engine's default for this layout "
+                             f"({o.engine_default:g})" + (": less runtime slack than SGLang reserves by default "
+                                                         "(CUDA graphs, activations)" if res.engine == "sglang" else ""))
+            lines.append(f"  {o.command}")
+            lines.append(f"  check: {o.plan_command}")
+        lines.append("")
+    else:
+        lines.append(f"nothing fits on {res.gpus}× {res.gpu}.")
+        sf = res.shortfall
+        if sf is not None and sf.closest is not None:
+            lines.append(f"  closest: {sf.closest.line()}")
+            if sf.needs_more_kv:
+                lines.append(f"  needs {sf.needs_more_kv:.2f}× more KV")
+        if sf is not None:
+            for tip in sf.suggestions:
+                lines.append(f"  → {tip}")
+        lines.append("")
+    if res.rejected:
+        lines.append("rejected:")
+        for r in res.rejected:
+            lines.append(f"  {r.line()}")
+    if res.options and res.options[0].warnings:
+        if res.rejected:
+            lines.append("")
+        for w in res.options[0].warnings:
+            lines.append(f"note (best): {w}")
+    return "\n".join(lines).rstrip()
