@@ -570,3 +570,55 @@ def _compile_mamba(self: SGLangPools) -> Dict[str, Any]:
 
 
 SGLangPools.mamba = _mamba_handle  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------
+# mamba state bytes per request
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MambaShapeCase:
+    """The arguments the model configs pass to ``Mamba2StateShape.create`` (configs/qwen3_next.py,
+    configs/nemotron_h.py ``mamba2_cache_params``), already mapped from the HF keys."""
+
+    tp_world_size: int
+    intermediate_size: int
+    n_groups: int
+    num_heads: int
+    head_dim: int
+    state_size: int
+    conv_kernel: int
+    num_layers: int  # len(linear_layer_ids / mamba_layer_ids)
+
+
+def mamba_shape_members(version: str) -> tuple:
+    return ("sglang/srt/configs/mamba_utils.py", "sglang/srt/distributed/utils.py")
+
+
+def _mamba_per_req(self: SGLangPools, c: MambaShapeCase) -> int:
+    if "mamba_shape" not in self._compiled:
+        self._compiled["mamba_shape"] = _compile_mamba_shape(self)
+    fns = self._compiled["mamba_shape"]
+    shape = fns["create"](tp_world_size=c.tp_world_size, intermediate_size=c.intermediate_size,
+                          n_groups=c.n_groups, num_heads=c.num_heads, head_dim=c.head_dim,
+                          state_size=c.state_size, conv_kernel=c.conv_kernel)
+    # mamba2_state_dtype() defaults: conv bfloat16 (SGLANG_MAMBA_CONV_DTYPE / CONV_DTYPE), SSM float32
+    params = types.SimpleNamespace(shape=shape, layers=list(range(c.num_layers)),
+                                   dtype=types.SimpleNamespace(conv=_Dtype("bfloat16", 2),
+                                                               temporal=_Dtype("float32", 4)))
+    return fns["mamba_cache_per_req"].fget(params)
+
+
+def _compile_mamba_shape(self: SGLangPools) -> Dict[str, Any]:
+    import numpy as np  # the engine's own reduction (np.sum / np.prod)
+
+    du = "sglang/srt/distributed/utils.py"
+    div = loader.compile_defs(self._text(du), self.origin(du), ["ensure_divisibility", "divide"], {})
+    m = "sglang/srt/configs/mamba_utils.py"
+    fns = loader.compile_defs(self._text(m), self.origin(m), [
+        "extra_groups_for_head_shards", "Mamba2StateShape.create", "BaseLinearStateParams.mamba_cache_per_req"],
+        {"divide": div["divide"], "np": np, "Mamba2StateShape": lambda **kw: types.SimpleNamespace(**kw)})
+    return fns
+
+
+SGLangPools.mamba_per_req = _mamba_per_req  # type: ignore[attr-defined]

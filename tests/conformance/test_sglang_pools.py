@@ -17,11 +17,13 @@ import pytest
 from . import cases
 from .conftest import count_cases, require_source
 from .sglang_engine import _vtuple
-from .sglang_engine_pools import MambaCase, ReqCase, SGLangPools, mamba_members, req_members
+from .sglang_engine_pools import (MambaCase, MambaShapeCase, ReqCase, SGLangPools, mamba_members,
+                                  mamba_shape_members, req_members)
 from .wheels import SGLANG_VERSIONS
 
 memory = pytest.importorskip("kvscope.engines.sglang.memory")
 args_mod = pytest.importorskip("kvscope.engines.sglang.args")
+spec_mod = pytest.importorskip("kvscope.model.spec")
 
 N_REQ = 1500
 
@@ -152,3 +154,76 @@ def test_mamba_carve(version, multiplier):
                 "intermediate, dp, radix off, RuntimeError)", n)
     assert not bad, (f"sglang {version}: {len(bad)}/{n} differ (rest GiB, max_mamba_cache_size, error); first: "
                      + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))
+
+
+# ---------------------------------------------------------------------------------------------
+# mamba / GDN state bytes per request
+
+N_SHAPE = 600
+
+
+def gen_mamba_config(rng: random.Random):
+    """A Qwen3-Next (GDN) or Nemotron-H (Mamba2) config.json and the engine's create() arguments."""
+    tp = rng.choice([1, 1, 2, 4, 8, 16])
+    kernel = rng.choice([4, 4, 2, 3])
+    if rng.random() < 0.5:  # GDN: create(intermediate=vd*vh, n_groups=kh, heads=vh, head_dim=vd, state=kd)
+        kh = rng.choice([t for t in (1, 2, 4, 8, 16, 32) if t >= 1])
+        vh = kh * rng.choice([1, 2, 4])
+        kd = rng.choice([64, 128, 128, 256])
+        vd = rng.choice([64, 128, 128, 256])
+        if rng.random() < 0.8:
+            while vh % tp:  # mostly valid TP; the rest exercises SGLang's divide() assertion
+                tp //= 2
+        n = rng.choice([8, 24, 48, rng.randint(4, 96)])
+        interval = rng.choice([2, 4, 4, 8])
+        n_lin = sum(1 for i in range(n) if (i + 1) % interval)
+        cfg = {"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"], "hidden_size": 2048,
+               "num_hidden_layers": n, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+               "vocab_size": 151936, "intermediate_size": 5120, "max_position_embeddings": 262144,
+               "torch_dtype": "bfloat16", "full_attention_interval": interval, "linear_num_key_heads": kh,
+               "linear_num_value_heads": vh, "linear_key_head_dim": kd, "linear_value_head_dim": vd,
+               "linear_conv_kernel_dim": kernel}
+        shape = MambaShapeCase(tp, vd * vh, kh, vh, vd, kd, kernel, n_lin)
+    else:  # Mamba2: create(intermediate=heads*head_dim, n_groups, heads, head_dim, state=ssm_state_size)
+        heads = rng.choice([64, 96, 112, 128, 256])
+        if rng.random() < 0.8:
+            while heads % tp:
+                tp //= 2
+        groups = rng.choice([1, 2, 4, 8, 8, 16])
+        head_dim = rng.choice([32, 64, 64, 80])
+        state = rng.choice([64, 128, 128, 256])
+        pattern = "".join(rng.choice("MMM*-E") for _ in range(rng.randint(4, 64)))
+        cfg = {"model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"], "hidden_size": 4096,
+               "num_hidden_layers": len(pattern), "num_attention_heads": 32, "num_key_value_heads": 8,
+               "head_dim": 128, "vocab_size": 131072, "intermediate_size": 21504,
+               "max_position_embeddings": 8192, "torch_dtype": "bfloat16", "hybrid_override_pattern": pattern,
+               "mamba_num_heads": heads, "mamba_head_dim": head_dim, "ssm_state_size": state, "n_groups": groups,
+               "conv_kernel": kernel}
+        shape = MambaShapeCase(tp, heads * head_dim, groups, heads, head_dim, state, kernel, pattern.count("M"))
+    return cfg, shape
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_mamba_state_bytes(version, multiplier):
+    if _vtuple(version) < (0, 5):
+        pytest.skip("sglang 0.4.6.post5 has no configs/mamba_utils.py (no mamba/linear-attention models)")
+    require_source("sglang", version, mamba_shape_members(version))
+    engine = SGLangPools(version)
+    n = N_SHAPE * multiplier
+    bad = []
+    for rng in cases.rngs(seed=71, n=n):
+        cfg, shape = gen_mamba_config(rng)
+        try:
+            theirs = engine.mamba_per_req(shape)
+        except AssertionError as exc:  # divide(): conv_dim not divisible by TP — SGLang refuses to start
+            theirs = f"AssertionError: {exc}"
+        spec = spec_mod.ModelSpec.from_hf_config(cfg)
+        try:
+            ours = memory.mamba_state_bytes_per_req(spec, shape.tp_world_size)
+        except memory.MambaShapeError as exc:
+            ours = f"AssertionError: {exc.engine_text}"
+        if ours != theirs:
+            bad.append((cfg, shape, ours, theirs))
+    count_cases("sglang", version, "mamba/GDN state bytes per request (Mamba2StateShape.create + mamba_cache_per_req)", n)
+    assert not bad, (f"sglang {version}: {len(bad)}/{n} differ; first: "
+                     + "; ".join(f"{s} kvscope={o} engine={t}" for _c, s, o, t in bad[:3]))

@@ -139,15 +139,45 @@ def cell_size(spec: ModelSpec, v: Version, *, attn_tp: int, kv_bytes: int, kv_fl
 # Mamba / linear-attention state
 
 
+class MambaShapeError(FlagError):
+    """SGLang's ``divide()`` assertion: a state dimension does not split evenly over the TP ranks."""
+
+    def __init__(self, numerator: int, tp: int, what: str) -> None:
+        self.engine_text = f"{numerator} is not divisible by {tp}"  # distributed/utils.py ensure_divisibility
+        super().__init__(f"{what} ({numerator}) is not divisible by the attention TP size {tp}", field="--tp",
+                         fix="SGLang asserts at startup; use a --tp that divides the mamba heads and conv width")
+
+
+def _divide(numerator: int, tp: int, what: str) -> int:
+    if numerator % tp:
+        raise MambaShapeError(numerator, tp, what)
+    return numerator // tp
+
+
 def mamba_state_bytes_per_req(spec: ModelSpec, tp: int, conv_bytes: int = 2, ssm_bytes: int = 4) -> int:
-    """``mamba_cache_per_req`` (configs/mamba_utils.py @ v0.5.23): per request, all state layers, one rank.
-    Mamba2: conv (conv_dim/tp, k-1), temporal (heads/tp, head_dim, state); GDN: temporal (v_heads/tp, k_dim, v_dim).
-    SSM state in float32 (``mamba_ssm_dtype`` default), conv state in the model dtype."""
+    """``mamba_cache_per_req`` (configs/mamba_utils.py ``Mamba2StateShape.create`` +
+    ``BaseLinearStateParams.mamba_cache_per_req``, the same arithmetic @ v0.5.6 … v0.5.23): per request,
+    all state layers, one rank.
+
+    The configs call ``create(intermediate, n_groups, num_heads, head_dim, state_size)`` with
+    Mamba2 (configs/nemotron_h.py): ``heads*head_dim, n_groups, heads, head_dim, ssm_state_size``;
+    GDN (configs/qwen3_next.py): ``v_heads*v_dim, k_heads, v_heads, v_dim, k_dim``. When ``n_groups % tp``
+    the groups are replicated up to ``tp`` (``extra_groups_for_head_shards``); conv state
+    ``(conv_dim/tp, kernel-1)`` with ``conv_dim = intermediate + 2*n_groups*state_size``, temporal
+    ``(heads/tp, head_dim, state_size)``; ``divide`` asserts divisibility (raised here as
+    :class:`MambaShapeError`). Conv state bfloat16 (SGLANG_MAMBA_CONV_DTYPE), SSM state float32
+    (``mamba_ssm_dtype`` default)."""
     m = spec.mamba
     if m is None:
         return 0
-    conv = (m.conv_dim // tp) * (m.conv_kernel - 1)
-    temporal = (m.num_heads // tp) * m.head_dim * m.state_size
+    if m.kind == "gdn":  # MambaSpec(gdn): num_heads=v_heads, head_dim=k_dim, state_size=v_dim
+        intermediate, heads, head_dim, state = m.num_heads * m.state_size, m.num_heads, m.state_size, m.head_dim
+    else:
+        intermediate, heads, head_dim, state = m.num_heads * m.head_dim, m.num_heads, m.head_dim, m.state_size
+    groups = m.n_groups if m.n_groups % tp == 0 else tp  # n_groups += tp - n_groups
+    conv_dim = intermediate + 2 * groups * state
+    conv = _divide(conv_dim, tp, "mamba conv_dim") * (m.conv_kernel - 1)
+    temporal = _divide(heads, tp, "mamba/linear-attention heads") * head_dim * state
     return (conv * conv_bytes + temporal * ssm_bytes) * spec.num_state_layers
 
 
