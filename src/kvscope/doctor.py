@@ -46,7 +46,7 @@ TRIGGER = re.compile(
 # Lines about serving traffic: recognised, counted, not memory figures.
 REQUEST_LINE = re.compile(
     rb"Prefill batch|Decode batch|Avg prompt throughput|\"(?:GET|POST) /|HTTP/1\.[01]\" \d{3}|"
-    rb"Received request|Finished request|Added request|Aborted request|Engine \d{3}:")
+    rb"Received request|Finished request|Added request|Aborted request|Engine \d{3}:(?! vllm cache_config_info)")
 # A line we did not understand is reported only if it looks memory-related, or is a warning or an error.
 MEMORYISH = re.compile(
     rb"(?i)\bmem(?:ory)?\b|\bGiB\b|\d\s?GB\b|\bKV\b|\bOOM\b|out of memory|cuda ?graph|#tokens|"
@@ -62,6 +62,7 @@ TRIGGER_ANCHORS = (
     b"llreduce", b"fired up", b"was reduced", b"Scheduler hit", b"Mamba", b"concurrency", b"GPU blocks",
     b"CUDA graph", b"max seq len", b"To serve", b"uto-fit", b"non-default", b"LLM engine", b"startup complete",
     b"kv_cache_tokens", b"num_gpu_blocks", b"platform", b"block size", b"Preemption", b"Init ", b"model weights take",
+    b"graph bs", b"cuda graph", b"failed to start", b"to load model", b"Cudagraph is", b"with config",
 )
 MEMORYISH_ANCHORS = (b"mem", b"Mem", b"MEM", b"GiB", b"GB", b"KV", b"OOM", b"graph", b"Error", b"ERROR", b"WARN",
                      b"Traceback", b"page", b"gpu_memory")

@@ -38,6 +38,7 @@ NO_MEMORY_LINES = "no-memory-lines"
 RESTARTS = "multiple-starts"
 UNPARSED_LINES = "unparsed-lines"
 LOCAL_BASELINE = "baseline-is-local"
+STARTUP_FAILED = "startup-failed"
 
 
 @dataclass(frozen=True)
@@ -292,10 +293,8 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
                 an.fix.append(("mem_fraction_static", min(target_mfs, 0.99), "smallest fraction that leaves a positive KV budget (+0.02 margin)"))
         evidence = ev_all + [e for e in (pre_ev, post_ev) if e]
         an.add(KV_SIZING_FAILED, ERROR, " ".join(parts).replace(" ;", ";"), evidence, fix)
-    elif kv_obs is not None and tokens is not None and tokens > 0:
-        an.starts = None if not log.events.get("server_ready") else True
-        if an.starts is None:
-            an.starts = True  # the KV pool was allocated: sizing succeeded
+    elif tokens is not None and tokens > 0 and (kv_obs is not None or summary):
+        an.starts = True  # the KV pool was allocated (or its summary printed): sizing succeeded
 
     # --- effective fraction ------------------------------------------------------------------
     if not failed and pre is not None and post is not None and kv_gib is not None and pre > 0:
@@ -564,11 +563,14 @@ def analyze_vllm(log: Any, version: str | None, spec_range: str) -> Analysis:  #
     avail = p0.get("available_kv_gib", as_float(rec.get("kv_cache_memory_gib")))
     weights = p0.get("weights_gib", as_float(rec.get("weight_memory_gib")))
     if avail is not None:
-        an.kv_cache_bytes = gib_to_bytes(avail)
+        if avail > 0:
+            an.kv_cache_bytes = gib_to_bytes(avail)
         an.extra["available_kv_cache_bytes"] = gib_to_bytes(avail)
     if weights is not None:
         an.weights_bytes = gib_to_bytes(weights)
     blocks = log.num_gpu_blocks.value if log.num_gpu_blocks else as_int(rec.get("kv_cache_blocks"))
+    if blocks is None and log.final_num_gpu_blocks is not None:
+        blocks = log.final_num_gpu_blocks.value
     if blocks is not None:
         an.extra["num_gpu_blocks"] = int(blocks)
     if util is not None:
@@ -614,6 +616,14 @@ def analyze_vllm(log: Any, version: str | None, spec_range: str) -> Analysis:  #
             an.check(f"{w.label} available KV cache memory", p["available_kv_gib"], r,
                      abs(r - p["available_kv_gib"]) <= 0.021, how,
                      [w.requested_gib.evidence if w.requested_gib else None, w.available_kv_gib.evidence if w.available_kv_gib else None])
+        if (not w.v0_profile and "non_kv_gib" not in p and w.profile_weights_gib is not None
+                and {"requested_gib", "torch_peak_increase_gib", "non_torch_increase_gib", "available_kv_gib"} <= p.keys()):
+            r = round(p["requested_gib"] - w.profile_weights_gib.value - p["torch_peak_increase_gib"]
+                      - p["non_torch_increase_gib"], 2)
+            an.check(f"{w.label} KV cache memory (profiling summary)", p["available_kv_gib"], r,
+                     abs(r - p["available_kv_gib"]) <= 0.021,
+                     "total × utilization − weights − non-torch − activation peak (vLLM 0.8–0.10 summary)",
+                     [w.requested_gib.evidence, w.available_kv_gib.evidence if w.available_kv_gib else None])
         if w.v0_profile and {"total_gpu_gib", "util", "peak_torch_gib", "non_torch_increase_gib", "available_kv_gib"} <= p.keys():
             r = round(p["total_gpu_gib"] * p["util"] - p["peak_torch_gib"] - p["non_torch_increase_gib"], 2)
             an.check(f"{w.label} KV cache size (V0)", p["available_kv_gib"], r, abs(r - p["available_kv_gib"]) <= 0.021,
@@ -638,6 +648,15 @@ def analyze_vllm(log: Any, version: str | None, spec_range: str) -> Analysis:  #
             r = log.num_gpu_blocks.value * block
             an.check("KV tokens in the error", v0_err.values["kv_tokens"], r, r == v0_err.values["kv_tokens"],
                      f"# GPU blocks × block_size {block}", [log.num_gpu_blocks.evidence, v0_err.evidence])
+    fb = log.final_num_gpu_blocks
+    if fb is not None and log.kv_cache_tokens is not None and "merged_capacity" not in log.version_markers:
+        t = int(log.kv_cache_tokens.value)
+        raw = int(fb.value) * block
+        groups = next((k for k in range(1, 9) if t * k == raw or (raw // k) // block * block == t), None)
+        an.check("GPU KV cache size from num_gpu_blocks", t, raw if groups in (None, 1) else raw // groups,
+                 groups is not None,
+                 f"num_gpu_blocks × block_size {block}" + (f" / {groups} KV cache groups" if groups and groups > 1 else ""),
+                 [fb.evidence, log.kv_cache_tokens.evidence])
     conc = log.max_concurrency.value if log.max_concurrency else None
     if conc is not None and tokens and (log.max_model_len_printed or mml):
         m = log.max_model_len_printed or mml
@@ -719,13 +738,39 @@ def _vllm_failure_findings(an: Analysis, log: Any, flags: dict, util: float | No
                f"only {v['free_gib']} of {v['total_gib']} GiB were free at startup, less than the requested "
                f"{v['util']} × total = {v['requested_gib']} GiB (another process holds the GPU)", e.evidence,
                f"--gpu-memory-utilization {u:.2f} or stop the other process")
+    if not failed and avail is not None and avail <= 0:
+        failed = True
+        w = an.weights_bytes / GiB if an.weights_bytes else None
+        an.add(KV_SIZING_FAILED, ERROR,
+               f"vLLM failed at KV sizing: Available KV cache memory is {avail} GiB — the weights"
+               + (f" ({w:.2f} GiB)" if w is not None else "") + " and the profiled activation peak already exceed "
+               "gpu_memory_utilization × total memory, so no KV block fits",
+               [ev_avail], "raise --gpu-memory-utilization, lower --max-num-batched-tokens / --max-model-len, "
+               "or use more GPUs (--tensor-parallel-size) or a smaller checkpoint")
+    if (not failed and log.num_gpu_blocks is not None and mml and tokens and tokens < mml
+            and "v0_blocks" in log.version_markers and not log.kv_cache_tokens):
+        failed = True
+        fits = int(tokens) // block * block
+        an.fix.append(("max_model_len", fits, "the longest request the KV cache holds"))
+        an.add(KV_SIZING_FAILED, ERROR,
+               f"max_model_len {mml:,} exceeds the {int(tokens):,} tokens the KV cache holds (# GPU blocks "
+               f"{int(log.num_gpu_blocks.value):,} × block_size {block}): vLLM (V0) raises ValueError right after this line",
+               [log.num_gpu_blocks.evidence], f"--max-model-len {fits}, or raise --gpu-memory-utilization")
     if log.first("auto_fit_failed"):
         failed = True
         an.add(KV_SIZING_FAILED, ERROR, "vLLM could not auto-fit max_model_len: not even one token fits",
                log.first("auto_fit_failed").evidence, "raise --gpu-memory-utilization")
+    crashed = log.first("engine_failed")
+    if crashed and not failed:
+        failed = True
+        an.add(STARTUP_FAILED, ERROR, "the engine failed to start after the memory figures above (EngineCore failed "
+               "to start); the cause is in the traceback that follows that line", [crashed.evidence, ev_avail],
+               "read the exception at the end of the traceback; for a memory error raise --gpu-memory-utilization "
+               "or lower --max-model-len / --max-num-seqs")
     if failed:
         an.starts = False
-        an.error = next((f.evidence[0] for f in an.findings if f.code in (KV_SIZING_FAILED, FREE_BELOW_UTILIZATION)), None)
+        an.error = next((f.evidence[0] for f in an.findings
+                         if f.code in (KV_SIZING_FAILED, FREE_BELOW_UTILIZATION, STARTUP_FAILED) and f.evidence), None)
     elif avail is not None or tokens:
         an.starts = True
         conc = an.extra.get("max_concurrency")
@@ -797,3 +842,5 @@ def _vllm_other_findings(an: Analysis, log: Any, workers: list, profiles: dict, 
                f"with {e.values['override']}", e.evidence, None)
     if not an.starts and not an.findings and not log.workers and not log.record:
         an.add(TRUNCATED, INFO, "no KV sizing lines found (truncated log, or still starting)", (), None)
+    elif an.starts is None and (log.workers or log.record) and not ooms:
+        an.add(TRUNCATED, INFO, "the log ends before the KV cache was sized (truncated, or still starting)", (), None)

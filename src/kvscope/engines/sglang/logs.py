@@ -26,7 +26,8 @@ MAX_RANKS = 1024
 MAX_EVENTS_PER_KIND = 8
 MAX_EVIDENCE_CHARS = 400
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# real escapes, and the caret notation ("^[[0;36m") that terminals/pagers leave in pasted logs
+ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[ -/]*[@-~]")
 PREFIX_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z][A-Z_]*\d+)*)\]")
 TAG_RE = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
 NUM = r"(-?\d+(?:\.\d+)?)"
@@ -42,7 +43,8 @@ TRIGGER_RE = re.compile(
     r"server_args=ServerArgs|sglang\.launch_server|sglang serve|Custom allreduce is disabled|"
     r"out of memory|OutOfMemoryError|KV cache pool is full|fired up and ready|"
     r"max_running_requests was reduced|Using KV cache dtype|Automatically reduce --mem-fraction-static|"
-    r"Automatically adjust --mem-fraction-static|Scheduler hit an exception|sglang(?:==| version)"
+    r"Automatically adjust --mem-fraction-static|Scheduler hit an exception|sglang(?:==| version)|"
+    r"Disable (?:prefill|decode) CUDA graph because|piecewise cuda graph is enabled"
 )
 
 RE_INIT_END = re.compile(r"Init torch distributed ends\.(?: elapsed=" + NUM + r" s,)? mem usage=" + NUM + GB)
@@ -60,6 +62,7 @@ RE_KV_ALLOC = re.compile(
 )
 RE_POOL_END = re.compile(r"Memory pool end\. avail mem=" + NUM + GB)
 RE_CAPTURE = re.compile(r"[Cc]apture (.{0,60}?)(?:cuda|CUDA) graph (begin|end)")
+RE_CAPTURE_BS = re.compile(r"[Cc]apture (.{0,60}?)(?:cuda|CUDA) graph bs \[([\d,\s]*)\]?")
 RE_AVAIL = re.compile(r"avail mem=" + NUM + GB)
 RE_USAGE = re.compile(r"mem usage=" + NUM + GB)
 RE_SUMMARY = re.compile(r"max_total_num_tokens=(-?\d+)")
@@ -114,7 +117,7 @@ VERSION_MARKERS = {
 
 def clean(line: str) -> str:
     """Strip ANSI colours and line endings (CRLF logs from Windows included)."""
-    if "\x1b" in line:
+    if "\x1b" in line or "^[[" in line:
         line = ANSI_RE.sub("", line)
     return line.rstrip("\r\n")
 
@@ -180,6 +183,7 @@ class SglangRank:
     kv_allocs: list[KvAllocObs] = field(default_factory=list)  # [0] target pool, then draft
     pool_end_avail_gib: list[Figure] = field(default_factory=list)
     graphs: list[GraphObs] = field(default_factory=list)
+    graph_bs: list[int] = field(default_factory=list)  # "Capture cuda graph bs [1, 2, 4, …]"
     swa_tokens: tuple[int | None, int] | None = None
     mamba: tuple[int, float, float] | None = None
     mm_reserve_gib: Figure | None = None
@@ -516,6 +520,12 @@ class SglangLogParser:
                 return False
             self._event("mfs_auto_adjusted", {"mem_fraction_static": float(m.group(1))}, ev)
             return True
+        if key.startswith("Disable ") and "CUDA graph because" in key:
+            self._event("graph_disabled", {"role": key.split()[1]}, ev)
+            return True
+        if key == "piecewise cuda graph is enabled":
+            self._event("piecewise_cuda_graph", {}, ev)
+            return True
         if key == "Scheduler hit an exception":
             self._event("scheduler_exception", {}, ev)
             return True
@@ -561,7 +571,13 @@ class SglangLogParser:
     def _capture(self, line: str, pos: int, ev: str) -> bool:
         m = RE_CAPTURE.search(line)
         if not m:
-            return False
+            b = RE_CAPTURE_BS.search(line)
+            if not b:
+                return False
+            sizes = [int(x) for x in re.findall(r"\d+", b.group(2))]
+            if sizes:
+                self._rank(line, pos).graph_bs = sizes[:4096]
+            return True
         role = m.group(1).strip() or "decode"
         role = "decode" if role.lower() in ("", "cuda") else role
         phase = m.group(2)
@@ -698,6 +714,15 @@ def rank_timelines(log: SglangLog) -> list:
             if rank.pool_end_avail_gib:
                 phases.append(Phase(PHASE_REQ_POOL, kv_after, _bytes(rank.pool_end_avail_gib[0]),
                                     note="rest of the memory-pool step (req_to_token pool, allocator)"))
+        elif kv is not None or rank.pool_end_avail_gib:
+            # this rank's load lines are not in the log (an excerpt): keep what it did print
+            end = _bytes(rank.pool_end_avail_gib[0]) if rank.pool_end_avail_gib else None
+            if kv is not None:
+                phases.append(Phase(PHASE_KV_ALLOC, None if end is None else end + (kv_bytes or 0), end,
+                                    note="printed KV size; before ≥ Memory pool end + KV size (derived; the req_to_token pool is not included)"
+                                    if end is not None else "printed KV size (no free-memory figure on this rank)"))
+            else:
+                phases.append(Phase(PHASE_REQ_POOL, None, end, note="Memory pool end (no KV line on this rank)"))
         graphs = [g for g in rank.graphs if g.begin_avail_gib or g.end_avail_gib]
         if graphs:
             first = next((g.begin_avail_gib for g in graphs if g.begin_avail_gib), None)
@@ -725,6 +750,9 @@ def rank_timelines(log: SglangLog) -> list:
             decision["mm_reservation_bytes"] = _bytes(rank.mm_reserve_gib)
         if rank.swa_tokens is not None:
             decision["full_layer_tokens"], decision["swa_layer_tokens"] = rank.swa_tokens
+        if rank.graph_bs:
+            decision["cuda_graph_bs_max"] = max(rank.graph_bs)
+            decision["cuda_graph_bs_count"] = len(rank.graph_bs)
         if graphs:
             decision["cuda_graphs"] = [
                 {"role": g.role, "free_bytes_before": _bytes(g.begin_avail_gib), "free_bytes_after": _bytes(g.end_avail_gib),

@@ -46,12 +46,13 @@ TAG_RE = re.compile(r"(TP|DP|PP|EP)(\d+)")
 TRIGGER_RE = re.compile(
     r"Model loading took|Loading model weights took|Memory profiling results|Memory profiling takes|"
     r"the current vLLM instance can use|model weights take|Initial free memory|"
-    r"Available KV cache memory|KV cache size: |Maximum concurrency for|# GPU blocks|"
+    r"Available KV cache memory|KV cache size: |Maximum concurrency for|GPU blocks: |num_gpu_blocks is: |"
+    r"EngineCore failed to start|Starting to load model|Cudagraph is disabled|"
     r"Estimated CUDA graph memory|Graph capturing finished|CUDA graph pool memory|"
     r"CUDA graph memory profiling is|max seq len|To serve at least one request|"
     r"No available memory for the cache blocks|on startup is less than desired GPU memory utilization|"
     r"Error in memory profiling|auto-fit max_model_len|Auto-fit max_model_len|"
-    r"non-default args|LLM engine \(v|API server version|vLLM server version|vllm serve|"
+    r"non-default args|LLM engine \(v|LLM engine with config|API server version|vLLM server version|vllm serve|"
     r"vllm\.entrypoints\.openai\.api_server|Custom allreduce is disabled|out of memory|OutOfMemoryError|"
     r"Application startup complete|\"kv_cache_tokens\"|Overriding num_gpu_blocks|as specified by kv_cache_memory_bytes|"
     r"Automatically detected platform|Setting kv cache block size|preempted by PreemptionMode"
@@ -74,7 +75,10 @@ RE_INITIAL_FREE = re.compile(r"Initial free memory:? " + NUM + r"\s*GiB(?:; Requ
 RE_AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + r"\s*GiB")
 RE_KV_TOKENS = re.compile(r"(GPU|XPU|CPU|TPU|NPU|\w+) KV cache size: " + INT + r" tokens")
 RE_CONCURRENCY = re.compile(r"Maximum concurrency for " + INT + r" tokens per request: " + NUM + "x")
-RE_BLOCKS = re.compile(r"# GPU blocks: (\d+), # CPU blocks: (\d+)")
+# "# GPU blocks: N, # CPU blocks: M" (V0), "# GPU blocks: N" (V1 ≤0.7); users' copies drop the "# "
+RE_BLOCKS = re.compile(r"(?:# )?GPU blocks: (\d+)(?:, # CPU blocks: (\d+))?")
+RE_FINAL_BLOCKS = re.compile(r"num_gpu_blocks is: (\d+)")
+RE_LOADING_MODEL = re.compile(r"Starting to load model (\S+?)\.{0,3}\s*$")
 RE_CG_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + r"\s*GiB")
 RE_CG_TOOK = re.compile(r"Graph capturing finished in " + NUM + r" secs?, took " + NUM + r"\s*GiB")
 RE_CG_POOL = re.compile(r"CUDA graph pool memory: " + NUM + r"\s*GiB \(actual\), " + NUM + r"\s*GiB \(estimated\)")
@@ -145,6 +149,8 @@ class VllmLog:
     kv_cache_tokens: Figure | None = None
     num_gpu_blocks: Figure | None = None
     num_cpu_blocks: int | None = None
+    final_num_gpu_blocks: Figure | None = None  # APIServer "… after num_gpu_blocks is: N"
+    loading_model: str | None = None  # "Starting to load model X..."
     max_concurrency: Figure | None = None
     max_model_len_printed: int | None = None
     non_default_args: dict[str, Any] = field(default_factory=dict)
@@ -306,14 +312,31 @@ class VllmLogParser:
             lg.max_model_len_printed = _int(m.group(1))
             lg.max_concurrency = Figure(float(m.group(2)), ev)
             return True
-        if key == "# GPU blocks":
+        if key == "GPU blocks: ":
             m = RE_BLOCKS.search(line)
             if not m:
                 return False
             lg.version_markers.add("v0_blocks")
             lg.num_gpu_blocks = Figure(int(m.group(1)), ev)
-            lg.num_cpu_blocks = int(m.group(2))
+            lg.num_cpu_blocks = int(m.group(2)) if m.group(2) else None
             self._saw_figures = True
+            return True
+        if key == "num_gpu_blocks is: ":
+            m = RE_FINAL_BLOCKS.search(line)
+            if not m:
+                return False
+            lg.final_num_gpu_blocks = Figure(int(m.group(1)), ev)
+            return True
+        if key == "EngineCore failed to start":
+            self._event("engine_failed", {}, ev)
+            return True
+        if key == "Starting to load model":
+            m = RE_LOADING_MODEL.search(line)
+            if m:
+                lg.loading_model = m.group(1)
+            return True
+        if key == "Cudagraph is disabled":
+            self._event("cudagraph_disabled", {}, ev)
             return True
         if key == "Memory profiling results":
             w = self._worker(line, pos)
@@ -443,7 +466,7 @@ class VllmLogParser:
             self.log.non_default_args = parse_dict_repr(m.group(1))
             self.log.non_default_evidence = ev
             return True
-        if key == "LLM engine (v":
+        if key in ("LLM engine (v", "LLM engine with config"):
             v = RE_VERSION.search(line)
             if v:
                 lg.version_printed = v.group(1)
@@ -540,6 +563,8 @@ def effective_flags(log: VllmLog) -> tuple[dict[str, Any], dict[str, str]]:
     """Flags in effect: engine config line > non-default args > launch command."""
     flags: dict[str, Any] = {}
     source: dict[str, str] = {}
+    if log.loading_model:
+        flags["model"], source["model"] = log.loading_model, "'Starting to load model' line"
     for src, values in (("launch command", log.launch_flags), ("non-default args", log.non_default_args),
                         ("engine config", log.engine_config)):
         for key, value in values.items():
