@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from packaging.version import Version
+
 from ...errors import FlagError
 from ...model.spec import FULL, LINEAR, MAMBA, SLIDING, ModelSpec
 from ...units import GiB
@@ -45,6 +47,11 @@ KV_CACHE_DTYPE_BYTES = {
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _at_least(traits: VersionTraits, version: str) -> bool:
+    """Version gates local to the KV planner (boundaries read in the released wheels)."""
+    return Version(traits.version) >= Version(version)
 
 
 @dataclass(frozen=True)
@@ -131,10 +138,20 @@ class KVCachePlan:
         kv_cache_planning.py @ v0.33.0 agree for uniform page sizes)."""
         return sum(g.spec.max_memory_usage_blocks(cfg) for g in self.groups)
 
-    def needed_memory_bytes(self, cfg: SchedulerView) -> int:
-        """``_max_memory_usage_bytes_from_groups``: bytes_per_block x blocks for one request."""
+    def needed_memory_bytes(self, cfg: SchedulerView, per_layer: bool = False) -> int:
+        """``_max_memory_usage_bytes_from_groups``: bytes_per_block x blocks for one request
+        (kv_cache_utils.py @ v0.14.1+, padding layers included).
+
+        ``per_layer``: up to v0.11.0 the admission check summed ``max_memory_usage_bytes`` over the
+        worker's layers instead (``max_memory_usage_bytes(vllm_config, kv_cache_spec.values())`` in
+        ``check_enough_kv_cache_memory``, kv_cache_utils.py @ v0.10.1.1 / v0.11.0): no padding layers.
+        """
         if not self.groups:
             return 0
+        if per_layer:
+            return sum(g.spec.max_memory_usage_blocks(cfg) * (sum(g.per_layer_pages) if g.per_layer_pages
+                                                              else len(g.layer_ids) * g.spec.page_size_bytes)
+                       for g in self.groups)
         return self.bytes_per_block * self.blocks_per_request(cfg)
 
 
@@ -269,10 +286,13 @@ def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) ->
     """Group the model's layers as ``get_kv_cache_groups`` does; returns (groups, padding layers).
 
     1. no cache layers -> no group; 2. all specs equal -> one group; 3. same kind and block size,
-    different pages -> one UniformType group; 4. hybrid -> unify page sizes by scaling block
-    sizes (``unify_kv_cache_spec_page_size``), bucket by spec, ``group_size = min(len)`` (or
-    ``max(len)`` when ``max < 1.5 * min``, first seen v0.19.0), each bucket split into
-    ``cdiv(len, group_size)`` groups of ``layers[i::n]``, the last padded.
+    different pages -> one UniformType group (``UniformTypeKVCacheSpecs``, first seen v0.11.0);
+    4. hybrid -> unify page sizes by scaling block sizes (``unify_kv_cache_spec_page_size``,
+    first seen v0.19.0; v0.10/v0.11 raise ``NotImplementedError``), bucket by spec,
+    ``group_size = min(len)`` (or ``max(len)`` when ``max < 1.5 * min``, first seen v0.19.0),
+    each bucket split into ``cdiv(len, group_size)`` groups of ``layers[i::n]`` (v0.11.0+;
+    v0.10.x takes consecutive slices ``layers[i:i + group_size]``,
+    ``_get_kv_cache_config_uniform_page_size`` in kv_cache_utils.py @ v0.10.1.1), the last padded.
     """
     if not specs:
         return (), 0
@@ -281,10 +301,16 @@ def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) ->
     if all(v == values[0] for v in values):
         return (KVCacheGroup(ids, values[0]),), 0
     kinds = {v.kind for v in values}
-    if (len(kinds) == 1 and len({v.block_size for v in values}) == 1
+    if (_at_least(traits, "0.11") and len(kinds) == 1 and len({v.block_size for v in values}) == 1
             and len({v.window for v in values}) == 1 and values[0].kind != MAMBA_STATE):
         pages = tuple(specs[i].page_size_bytes for i in ids)
         return (KVCacheGroup(ids, values[0], per_layer_pages=pages),), 0
+    if not _at_least(traits, "0.19") and len({s.page_size_bytes for s in values}) > 1:
+        # get_kv_cache_groups / get_kv_cache_config end in a bare ``raise NotImplementedError``
+        # (kv_cache_utils.py @ v0.10.1.1 / v0.11.0): no page-size unification yet
+        raise FlagError(f"vLLM {traits.version} cannot group layers whose KV page sizes differ "
+                        "(get_kv_cache_groups raises NotImplementedError)", field="--block-size",
+                        fix="use vLLM >= 0.19 for this layer mix")
     specs = _unify_page_size(specs)
     buckets: dict[KVCacheSpec, list[int]] = {}
     for i in ids:
@@ -295,12 +321,24 @@ def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) ->
         group_size = max(lens)
     groups: list[KVCacheGroup] = []
     padding = 0
+    strided = _at_least(traits, "0.11")
     for s, layers in buckets.items():
         n = cdiv(len(layers), group_size)
         padding += n * group_size - len(layers)
         for k in range(n):
-            groups.append(KVCacheGroup(tuple(layers[k::n]), s))
+            chunk = layers[k::n] if strided else layers[k * group_size:(k + 1) * group_size]
+            groups.append(KVCacheGroup(tuple(chunk), s))
+    if not strided:
+        # unify_kv_cache_configs sorts each worker's groups by (spec class name, astuple(spec))
+        # (kv_cache_utils.py @ v0.10.1.1); the sort is stable and equal-class specs tie here
+        groups.sort(key=lambda g: _V010_SPEC_CLASS[g.spec.kind])
     return tuple(groups), padding
+
+
+# vLLM 0.10.x spec class of each kind (MLA is FullAttentionSpec(use_mla=True) there)
+_V010_SPEC_CLASS = {FULL_ATTN: "FullAttentionSpec", MLA_ATTN: "FullAttentionSpec",
+                    SLIDING_WINDOW: "SlidingWindowSpec", CHUNKED_LOCAL: "ChunkedLocalAttentionSpec",
+                    MAMBA_STATE: "MambaSpec"}
 
 
 def _unify_page_size(specs: dict[int, KVCacheSpec]) -> dict[int, KVCacheSpec]:
@@ -383,11 +421,14 @@ def kv_cache_size_tokens(num_blocks: int, plan: KVCachePlan, cfg: SchedulerView,
     return num_blocks // len(plan.groups) * plan.min_block_size
 
 
-def estimate_max_model_len(available_bytes: int, plan: KVCachePlan, cfg: SchedulerView) -> int:
+def estimate_max_model_len(available_bytes: int, plan: KVCachePlan, cfg: SchedulerView,
+                           per_layer: bool = False) -> int:
     """``_estimate_max_model_len_from_groups``: binary search over [1, max_model_len] for the
-    largest length whose one-request need fits; 0 if even one token does not."""
+    largest length whose one-request need fits; 0 if even one token does not.
+    ``per_layer``: the v0.10/v0.11 ``estimate_max_model_len`` (sum over layers, see
+    :meth:`KVCachePlan.needed_memory_bytes`)."""
     def fits(n: int) -> bool:
-        return plan.needed_memory_bytes(cfg.with_max_model_len(n)) <= available_bytes
+        return plan.needed_memory_bytes(cfg.with_max_model_len(n), per_layer) <= available_bytes
 
     left, right = 1, cfg.max_model_len
     if not fits(left):
@@ -401,6 +442,95 @@ def estimate_max_model_len(available_bytes: int, plan: KVCachePlan, cfg: Schedul
         else:
             right = mid - 1
     return result
+
+
+def scheduler_view_for(cfg: SchedulerView, traits: VersionTraits) -> SchedulerView:
+    """What the release's specs read from ``VllmConfig``: sliding-window / chunked-local specs
+    use ``max_num_batched_tokens`` before v0.26 (``max_in_flight_tokens`` after,
+    kv_cache_interface.py @ v0.26.0); ``MambaSpec.max_memory_usage_bytes`` is one page before
+    v0.19 (no speculative blocks, no ``mamba_cache_mode``; kv_cache_interface.py @ v0.11.0)."""
+    if not traits.in_flight_batches:
+        cfg = replace(cfg, in_flight_tokens=cfg.max_num_batched_tokens)
+    if not _at_least(traits, "0.19"):
+        cfg = replace(cfg, mamba_cache_mode="none", num_speculative_blocks=0)
+    return cfg
+
+
+@dataclass(frozen=True)
+class KVCacheConfigs:
+    """``get_kv_cache_configs`` (+ the capacity log) for one DP engine."""
+
+    num_blocks: int  # min over workers (after num_gpu_blocks_override)
+    kv_cache_tokens: int  # "GPU KV cache size: N tokens" (first worker's line)
+    max_concurrency: float  # "Maximum concurrency for L tokens per request: X.XXx"
+    needed_memory_bytes: tuple[int, ...]  # per worker with layers, as the admission check computes it
+    check_memory_bytes: tuple[int, ...]  # per worker with layers: available (- 1 null block from v0.30)
+    error: str | None  # the admission check's ValueError text
+    estimated_max_model_len: int | None  # in the error (None when the check passed)
+
+
+def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int], cfg: SchedulerView,
+                     traits: VersionTraits, num_gpu_blocks_override: int | None = None,
+                     cache_block_size: int | None = None) -> KVCacheConfigs:
+    """``get_kv_cache_configs`` over one DP engine's workers (one plan per PP stage), in the
+    release's order:
+
+    * v0.10.1.1 / v0.11.0 (kv_cache_utils.py): admission check per worker on the sum over its
+      layers, then ``num_blocks = available // bytes_per_block`` per worker; the capacity lines
+      are logged per worker *before* the min over workers (the first line is worker 0's own
+      block count), then ``num_blocks`` = min, then the override; v0.10.x logs a single-group
+      model's tokens as ``num_blocks * cache_config.block_size`` (``cache_block_size``: the
+      attention block size, not the spec's for a pure mamba model;
+      ``_get_kv_cache_config_uniform_type`` @ v0.10.1.1);
+    * v0.14 … v0.28: override folded into the available memory (v0.20.2+), check per worker on
+      the projected groups (padding included), min over workers, capacity from the min;
+    * v0.30+ (kv_cache_planning.py @ v0.33.0): the check runs on ``available - bytes_per_block``
+      (the BlockPool's null block).
+    """
+    cfg = scheduler_view_for(cfg, traits)
+    legacy = not _at_least(traits, "0.14")
+    avail = list(available_bytes)
+    if num_gpu_blocks_override is not None and traits.override_folds_into_available:
+        avail = [num_gpu_blocks_override * p.bytes_per_block if p.groups else m for p, m in zip(plans, avail)]
+    check = [m - p.bytes_per_block if (traits.null_block_reserved and p.groups) else m
+             for p, m in zip(plans, avail)]
+    needed: list[int] = []
+    checked: list[int] = []
+    error = None
+    estimated = None
+    for p, m in zip(plans, check):
+        if not p.groups:
+            continue
+        need = p.needed_memory_bytes(cfg, per_layer=legacy)
+        needed.append(need)
+        checked.append(m)
+        if error is not None:
+            continue
+        if m <= 0:
+            error = no_available_memory_error(traits)
+        elif need > m:
+            estimated = estimate_max_model_len(m, p, cfg, per_layer=legacy)
+            error = insufficient_memory_error(cfg.max_model_len, need, m, estimated, traits)
+    own = [num_blocks_from_available(m, p) for p, m in zip(plans, avail)]
+    blocks = min(own)
+    if num_gpu_blocks_override is not None:
+        if legacy or not traits.override_folds_into_available:
+            own = [num_gpu_blocks_override if p.groups else b for p, b in zip(plans, own)]
+        blocks = min(own)
+    plan0 = plans[0]
+    shown = own[0] if legacy else blocks
+    if plan0.is_attention_free:
+        tokens, conc = 0, 0.0
+    elif (not _at_least(traits, "0.11") and len(plan0.groups) == 1 and cache_block_size is not None
+          and not traits.is_v0):
+        tokens = shown * cache_block_size
+        conc = max_concurrency(shown, plan0, cfg)
+    else:
+        tokens = kv_cache_size_tokens(shown, plan0, cfg, traits)
+        conc = max_concurrency(shown, plan0, cfg)
+    return KVCacheConfigs(num_blocks=blocks, kv_cache_tokens=tokens, max_concurrency=conc,
+                          needed_memory_bytes=tuple(needed), check_memory_bytes=tuple(checked),
+                          error=error, estimated_max_model_len=estimated)
 
 
 def format_gib(n: int | float) -> str:

@@ -1,0 +1,517 @@
+"""vLLM's own KV-cache layout code, per release, runnable without torch or a GPU.
+
+The engine side of ``test_vllm_kv_cache.py``. For one release it executes, as whole modules
+(``loader.exec_module``), the wheel's
+
+* ``vllm/v1/kv_cache_interface.py`` -- the spec dataclasses (``FullAttentionSpec``,
+  ``MLAAttentionSpec``, ``SlidingWindowSpec``, ``ChunkedLocalAttentionSpec``, ``MambaSpec``,
+  ``UniformTypeKVCacheSpecs``) with their ``page_size_bytes`` / ``max_memory_usage_bytes``;
+* ``vllm/v1/core/kv_cache_utils.py`` (<= 0.30) or ``kv_cache_planning.py`` +
+  ``kv_cache_config_builder.py`` (0.33) -- ``get_kv_cache_groups``, ``get_kv_cache_configs``
+  (admission check, ``num_blocks``, min over workers), ``estimate_max_model_len``, the capacity
+  log (``_report_kv_cache_config`` / ``get_kv_cache_capacity`` / ``update_kv_cache_capacity``);
+* plus the small helpers they import (``vllm/utils/math_utils.py``, ``kv_cache_layout.py``,
+  ``kv_cache_spec_registry.py``) and, compiled as single defs, ``format_gib``,
+  ``ModelConfig.get_num_kv_heads`` and ``MambaStateShapeCalculator``'s state shapes.
+
+Stand-ins replace only what is not arithmetic: ``torch`` dtypes report their element size
+(``get_dtype_size``), the logger records the formatted messages (the "GPU KV cache size" and
+"Maximum concurrency" figures are read back from them, as a user reads them in the log), env flags
+are unset, and ``VllmConfig`` is a plain namespace holding the case's numbers. A config attribute
+the case does not provide raises (``_Strict``) instead of defaulting silently.
+
+The specs are built the way the attention / mamba layers' ``get_kv_cache_spec`` build them (one
+spec per decoder layer, named ``model.layers.<i>.<kind>``), from the case's engine-vocabulary
+inputs. Config-time inputs (the hybrid attention block size and mamba page padding, the
+``mamba_cache_mode``) are given by the case, not recomputed here.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import types
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import loader
+from .wheels import EngineSource, engine_source
+
+log = logging.getLogger("kvscope.conformance.vllm_kv")
+
+INTERFACE = "vllm/v1/kv_cache_interface.py"
+UTILS = "vllm/v1/core/kv_cache_utils.py"
+PLANNING = "vllm/v1/core/kv_cache_planning.py"
+BUILDER = "vllm/v1/core/kv_cache_config_builder.py"
+MATH_UTILS = "vllm/utils/math_utils.py"
+MEM_UTILS = "vllm/utils/mem_utils.py"
+LAYOUT = "vllm/v1/kv_cache_layout.py"
+REGISTRY = "vllm/v1/kv_cache_spec_registry.py"
+MAMBA_UTILS = "vllm/model_executor/layers/mamba/mamba_utils.py"
+MODEL_CONFIG = ("vllm/config/model.py", "vllm/config/__init__.py")
+UTILS_INIT = "vllm/utils/__init__.py"
+MANAGERS = "vllm/v1/core/single_type_kv_cache_manager.py"
+
+
+def vtuple(version: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+def kv_members(version: str) -> Tuple[str, ...]:
+    v = vtuple(version)
+    out = [INTERFACE, UTILS, MAMBA_UTILS, *MODEL_CONFIG]
+    if v >= (0, 33):
+        out += [PLANNING, BUILDER, LAYOUT]
+    if v >= (0, 26):
+        out += [REGISTRY, MANAGERS]
+    if v >= (0, 19):
+        out += [MATH_UTILS, MEM_UTILS]
+    else:
+        out += [UTILS_INIT]
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# stand-ins
+# ---------------------------------------------------------------------------------------------
+
+class DType:
+    """``torch.dtype`` as far as the KV code looks at it: a name and an element size."""
+
+    def __init__(self, name: str, itemsize: int):
+        self.name, self.itemsize = name, itemsize
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+    def __deepcopy__(self, memo: Any) -> "DType":  # torch dtypes are singletons
+        return self
+
+
+DTYPES = {1: DType("uint8", 1), 2: DType("bfloat16", 2), 4: DType("float32", 4)}
+
+
+def _torch_module() -> loader.StubModule:
+    values = {"dtype": DType, "bfloat16": DTYPES[2], "float16": DType("float16", 2),
+              "float32": DTYPES[4], "uint8": DTYPES[1], "int8": DType("int8", 1),
+              "float8_e4m3fn": DType("float8_e4m3fn", 1), "float8_e5m2": DType("float8_e5m2", 1)}
+    return loader.StubModule("torch", values)
+
+
+def get_dtype_size(dtype: DType) -> int:
+    """``torch.tensor([], dtype=dtype).element_size()`` (vllm/utils/torch_utils.py)."""
+    return dtype.itemsize
+
+
+class CaptureLogger:
+    """``init_logger(__name__)``: keeps the formatted messages, ``*_once`` included."""
+
+    def __init__(self) -> None:
+        self.messages: List[Tuple[str, str]] = []
+
+    def _log(self, level: str, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.messages.append((level, msg % args if args else msg))
+
+    def __getattr__(self, item: str) -> Any:
+        if item.startswith("__"):
+            raise AttributeError(item)
+        level = item.replace("_once", "")
+        return lambda msg, *a, **k: self._log(level, msg, *a, **k)
+
+
+class _Strict(types.SimpleNamespace):
+    """A config namespace: reading a field the case did not set fails loudly."""
+
+    def __getattr__(self, item: str) -> Any:
+        if item.startswith("__"):
+            raise AttributeError(item)
+        raise loader.StandInMissing(f"conformance: vLLM config field {item!r} has no stand-in")
+
+
+# ---------------------------------------------------------------------------------------------
+# the case (engine vocabulary)
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MambaCase:
+    kind: str  # "mamba2" | "gdn"
+    # mamba2: n_groups, num_heads, head_dim, state_size, intermediate (= num_heads * head_dim)
+    # gdn: num_k_heads, num_v_heads, head_k_dim, head_v_dim
+    a: int
+    b: int
+    c: int
+    d: int
+    conv_kernel: int = 4
+
+
+@dataclass(frozen=True)
+class KVCase:
+    """One DP engine's KV planning inputs."""
+
+    layers: Tuple[str, ...]  # per decoder layer: "full" | "sliding" | "chunked" | "mamba"
+    attention: str  # "mha" | "mla"
+    total_num_kv_heads: int
+    head_size: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    dtype_bytes: int  # KV element size (cache dtype)
+    cache_dtype: str  # "auto" | "fp8" | "fp8_ds_mla"
+    tp: int
+    pp_stages: Tuple[Tuple[int, int], ...]  # [lo, hi) decoder layers per PP rank
+    block_size: int  # attention block size (after any hybrid alignment: a case input)
+    window: int  # sliding window / attention chunk size
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_in_flight_tokens: int  # VllmConfig.max_in_flight_tokens (0.26+)
+    available: Tuple[int, ...]  # per PP rank
+    mamba: Optional[MambaCase] = None
+    mamba_dtype_bytes: int = 2
+    mamba_page_size_padded: Optional[int] = None
+    mamba_block_size: Optional[int] = None
+    mamba_cache_mode: str = "none"
+    num_speculative_blocks: int = 0
+    num_gpu_blocks_override: Optional[int] = None
+
+    def layer_name(self, i: int) -> str:
+        kind = self.layers[i]
+        return f"model.layers.{i}.{'mixer' if kind == 'mamba' else 'self_attn.attn'}"
+
+
+@dataclass
+class KVResult:
+    page_size_bytes: Dict[int, int]  # per decoder layer, as built (before unification)
+    groups: Optional[List[Tuple[Tuple[int, ...], str, int, int]]] = None  # (layers, kind, block, page)
+    num_blocks: Optional[int] = None
+    tokens: Optional[str] = None  # "GPU KV cache size: N tokens" (N as logged, with commas)
+    concurrency: Optional[str] = None  # "Maximum concurrency for L tokens per request: X.XXx" (X.XX)
+    needed_bytes: Optional[List[int]] = None  # per worker, _max_memory_usage_bytes(_from_groups)
+    estimated_max_len: Optional[List[int]] = None  # per worker, at its available (check) memory
+    error: Optional[str] = None  # "ValueError: ..." / "NotImplementedError: ..."
+    messages: List[Tuple[str, str]] = field(default_factory=list)
+
+
+_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+|inf|nan)x")
+
+
+class VllmKV:
+    """One release's KV planning code."""
+
+    def __init__(self, version: str):
+        self.version = version
+        self.v = vtuple(version)
+        self.src: EngineSource = engine_source("vllm", version)
+        self.logger = CaptureLogger()
+        self._load()
+
+    def origin(self, member: str) -> str:
+        return f"{self.src.label}/{member}"
+
+    # -- loading ---------------------------------------------------------------------------------
+    def _exec(self, member: str, modules: Dict[str, Any], name: str) -> types.ModuleType:
+        return loader.exec_module(self.src.read(member), self.origin(member), modules,
+                                  stub_prefixes=("vllm", "torch", "triton", "typing_extensions", "numpy"),
+                                  module_name=name)
+
+    def _load(self) -> None:
+        logger_mod = loader.StubModule("vllm.logger", {"init_logger": lambda name: self.logger})
+        GiB = 1 << 30
+        mods: Dict[str, Any] = {"torch": _torch_module(), "vllm.logger": logger_mod}
+        import typing
+        mods["typing_extensions"] = loader.StubModule("typing_extensions", {"Self": typing.Any})
+        if self.v >= (0, 19):
+            math_utils = self._exec(MATH_UTILS, {}, "vllm.utils.math_utils")
+            fmt = loader.compile_defs(self.src.read(MEM_UTILS), self.origin(MEM_UTILS), ["format_gib"],
+                                      {"GiB_bytes": GiB})["format_gib"]
+            mods["vllm.utils.math_utils"] = math_utils
+            mods["vllm.utils.mem_utils"] = loader.StubModule("vllm.utils.mem_utils", {"format_gib": fmt})
+            mods["vllm.utils.torch_utils"] = loader.StubModule(
+                "vllm.utils.torch_utils", {"get_dtype_size": get_dtype_size})
+            self.cdiv = math_utils.cdiv
+        else:
+            cdiv = loader.compile_defs(self.src.read(UTILS_INIT), self.origin(UTILS_INIT), ["cdiv"], {})["cdiv"]
+            mods["vllm.utils"] = loader.StubModule(
+                "vllm.utils", {"cdiv": cdiv, "get_dtype_size": get_dtype_size, "GiB_bytes": GiB})
+            self.cdiv = cdiv
+        if self.v >= (0, 33):
+            # vllm/v1/attention/backend.py MultipleOf: block-stride alignment in kernel blocks
+            @dataclass(frozen=True)
+            class MultipleOf:
+                base: int
+            mods["vllm.v1.attention.backend"] = loader.StubModule("vllm.v1.attention.backend",
+                                                                  {"MultipleOf": MultipleOf})
+            mods["vllm.v1.kv_cache_layout"] = self._exec(LAYOUT, mods, "vllm.v1.kv_cache_layout")
+        if self.v >= (0, 26):
+            mods["vllm.v1.kv_cache_spec_registry"] = self._exec(REGISTRY, mods, "vllm.v1.kv_cache_spec_registry")
+        self.iface = self._exec(INTERFACE, mods, "vllm.v1.kv_cache_interface")
+        mods["vllm.v1.kv_cache_interface"] = self.iface
+        self.utils = self._exec(UTILS, mods, "vllm.v1.core.kv_cache_utils")
+        mods["vllm.v1.core.kv_cache_utils"] = self.utils
+        self.planning = self.utils
+        if self.v >= (0, 33):
+            # Platform.get_kv_cache_config_builder_cls: the default builder on CUDA
+            mods["vllm.platforms"] = loader.StubModule("vllm.platforms", {"current_platform": types.SimpleNamespace(
+                get_kv_cache_config_builder_cls=lambda cfg: "vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder")})
+            mods["vllm.utils.import_utils"] = loader.StubModule("vllm.utils.import_utils", {
+                "resolve_obj_by_qualname": self._resolve})
+            mods["vllm.v1.core.kv_cache_config_builder"] = self._exec(
+                BUILDER, mods, "vllm.v1.core.kv_cache_config_builder")
+            self.planning = self._exec(PLANNING, mods, "vllm.v1.core.kv_cache_planning")
+            mods["vllm.v1.core.kv_cache_planning"] = self.planning
+        self._mods = mods
+        if self.v >= (0, 26):
+            self._register_specs()
+        self._load_helpers()
+
+    def _resolve(self, qualname: str) -> Any:
+        module, _, name = qualname.rpartition(".")
+        assert module == "vllm.v1.core.kv_cache_planning", qualname
+        return getattr(self.planning, name)
+
+    def _register_specs(self) -> None:
+        """Run ``register_all_kvcache_specs`` (single_type_kv_cache_manager.py) once, with the
+        manager classes as opaque tags: the registry decides which specs group together."""
+        registry = self._mods["vllm.v1.kv_cache_spec_registry"]
+        text = self.src.read(MANAGERS)
+        stand_ins: Dict[str, Any] = {k: getattr(self.iface, k) for k in dir(self.iface) if k.endswith("Spec")}
+        stand_ins["KVCacheSpecRegistry"] = registry.KVCacheSpecRegistry
+        tree = loader._parse(text, self.origin(MANAGERS))
+        body = loader.def_source(text, self.origin(MANAGERS), "register_all_kvcache_specs")
+        for name in sorted(set(re.findall(r"\b([A-Z][A-Za-z]+)\b", body))):
+            if name.endswith("Manager"):
+                stand_ins.setdefault(name, type(name, (), {}))
+            elif name == "KVCacheGroupRole":
+                stand_ins[name] = loader.AutoStub(name)
+            elif name.endswith("Spec") and name not in stand_ins:
+                # a spec this case never builds (e.g. TQFullAttentionSpec): a bare subclass
+                stand_ins[name] = type(name, (self.iface.FullAttentionSpec,), {})
+        del tree
+        platforms = loader.StubModule("vllm.platforms", {"current_platform": loader.AutoStub("current_platform")})
+        fn = loader.compile_defs(text, self.origin(MANAGERS), ["register_all_kvcache_specs"], stand_ins,
+                                 modules={"vllm.platforms": platforms})["register_all_kvcache_specs"]
+        fn(None)
+
+    def _load_helpers(self) -> None:
+        member = next(m for m in MODEL_CONFIG if self.src.has(m)
+                      and loader.has_def(self.src.read(m), self.origin(m), "ModelConfig.get_num_kv_heads"))
+        fn = loader.compile_defs(self.src.read(member), self.origin(member), ["ModelConfig.get_num_kv_heads"],
+                                 {"ParallelConfig": object, "ModelArchitectureConfig": object})
+        self._get_num_kv_heads = fn["get_num_kv_heads"]
+        text = self.src.read(MAMBA_UTILS)
+        names = [f"MambaStateShapeCalculator.{n}" for n in (
+            "mamba2_state_shape", "gated_delta_net_state_shape", "extra_groups_for_head_shards",
+            "_orient_conv_shape") if loader.has_def(text, self.origin(MAMBA_UTILS), f"MambaStateShapeCalculator.{n}")]
+        self.has_gdn = any(n.endswith("gated_delta_net_state_shape") for n in names)
+
+        def divide(numerator: int, denominator: int) -> int:  # vllm/distributed/utils.py
+            assert numerator % denominator == 0, f"{numerator} is not divisible by {denominator}"
+            return numerator // denominator
+
+        fns = loader.compile_defs(text, self.origin(MAMBA_UTILS), names,
+                                  {"divide": divide, "is_conv_state_dim_first": lambda: False})
+        self._mamba_calc = type("MambaStateShapeCalculator", (), dict(fns))
+
+    # -- config ------------------------------------------------------------------------------------
+    def vllm_config(self, c: KVCase) -> Any:
+        model = _Strict(max_model_len=c.max_model_len, original_max_model_len=c.max_model_len,
+                        use_mla=c.attention == "mla", supports_kv_cache_grouping=False)
+        sched = _Strict(max_num_batched_tokens=c.max_num_batched_tokens, disable_hybrid_kv_cache_manager=False,
+                        max_num_encoder_input_tokens=0)
+        cache = _Strict(num_gpu_blocks_override=c.num_gpu_blocks_override, mamba_cache_mode=c.mamba_cache_mode,
+                        block_size=c.block_size, enable_prefix_caching=c.mamba_cache_mode == "align",
+                        prefix_cache_retention_interval=None, kv_cache_size_tokens=None,
+                        kv_cache_max_concurrency=None)
+        cache.get_resolved_kv_cache_layout = lambda *a, **k: self._default_layout()
+        par = _Strict(decode_context_parallel_size=1, prefill_context_parallel_size=1,
+                      tensor_parallel_size=c.tp, pipeline_parallel_size=len(c.pp_stages))
+        cfg = _Strict(model_config=model, scheduler_config=sched, cache_config=cache, parallel_config=par,
+                      speculative_config=None, kv_transfer_config=None, max_in_flight_tokens=c.max_in_flight_tokens,
+                      num_prefill_lookahead_tokens=0, device_config=_Strict(device_type="cuda"),
+                      attention_config=_Strict(hisparse_config=None))
+        return cfg
+
+    def _default_layout(self) -> Any:
+        """``resolve_kv_cache_layout`` (vllm/v1/attention/backends/utils.py @ v0.33.0) with no
+        backend preference and no ``VLLM_KV_CACHE_LAYOUT``: ``_DEFAULT_LAYOUT_PREFERENCE[0]``,
+        LBNHC ("NHD", layer-outer). Block-outermost layouts are not exercised."""
+        return self._mods["vllm.v1.kv_cache_layout"].KVCacheLayout.LBNHC
+
+    # -- specs -------------------------------------------------------------------------------------
+    def num_kv_heads(self, c: KVCase) -> int:
+        host = types.SimpleNamespace(use_mla=c.attention == "mla",
+                                     get_total_num_kv_heads=lambda: c.total_num_kv_heads,
+                                     model_arch_config=types.SimpleNamespace(total_num_kv_heads=c.total_num_kv_heads))
+        return self._get_num_kv_heads(host, types.SimpleNamespace(tensor_parallel_size=c.tp))
+
+    def mamba_shapes(self, c: KVCase) -> Tuple[Tuple[int, ...], ...]:
+        m = c.mamba
+        assert m is not None
+        calc = self._mamba_calc
+        spec = (c.num_speculative_blocks,) if c.num_speculative_blocks else ()
+        if m.kind == "gdn":
+            return calc.gated_delta_net_state_shape(c.tp, m.a, m.b, m.c, m.d, m.conv_kernel, *spec)
+        return calc.mamba2_state_shape(c.tp, m.b * m.c, m.a, m.b, m.c, m.d, m.conv_kernel, *spec)
+
+    def hybrid_inputs(self, c: KVCase, alignment: int) -> Tuple[int, Optional[int]]:
+        """Config-time inputs of a hybrid attention+mamba case: (attention block size, mamba
+        page padded), by the arithmetic of ``HybridAttentionMambaModelConfig`` (models/config.py
+        @ v0.11.0/v0.19.1, mode none/align) on this release's own page sizes. Input generation
+        only: this arithmetic is config code, not the KV planner under test."""
+        I = self.iface
+        heads = self.num_kv_heads(c)
+        kw: Dict[str, Any] = dict(block_size=1, num_kv_heads=heads, head_size=c.head_size,
+                                  dtype=DTYPES[c.dtype_bytes])
+        if self.v < (0, 11):
+            kw["use_mla"] = False
+        attn_1 = I.FullAttentionSpec(**kw).page_size_bytes
+        mamba_page = I.MambaSpec(block_size=1, shapes=self.mamba_shapes(c),
+                                 dtypes=(DTYPES[c.mamba_dtype_bytes],) * 2).page_size_bytes
+        block = alignment * self.cdiv(mamba_page, alignment * attn_1)
+        block = max(block, c.block_size)
+        page = block * attn_1
+        return block, (page if page != mamba_page else None)
+
+    def layer_specs(self, c: KVCase) -> Dict[int, Any]:
+        I = self.iface
+        dtype = DTYPES[c.dtype_bytes]
+        heads = self.num_kv_heads(c)
+        mla = c.attention == "mla"
+        head = c.kv_lora_rank + c.qk_rope_head_dim if mla else c.head_size
+        old = self.v < (0, 11)  # AttentionSpec.use_mla (0.10.x)
+        common: Dict[str, Any] = dict(block_size=c.block_size, num_kv_heads=heads, head_size=head, dtype=dtype)
+        if old:
+            common["use_mla"] = mla
+        out: Dict[int, Any] = {}
+        for i, kind in enumerate(c.layers):
+            if kind == "full":
+                if mla and not old:
+                    kw = dict(cache_dtype_str=c.cache_dtype)
+                    if self.v >= (0, 28):
+                        # MLAAttention.get_kv_cache_spec (layers/attention/mla_attention.py @ v0.28.0):
+                        # the 656-byte fp8_ds_mla row moved from the spec class into the layer
+                        kw["state_content_bytes"] = 656 if c.cache_dtype == "fp8_ds_mla" else None
+                    if self.v >= (0, 33):
+                        kw["max_tp_shards"] = 1
+                    out[i] = I.MLAAttentionSpec(**common, **kw)
+                else:
+                    out[i] = I.FullAttentionSpec(**common)
+            elif kind == "sliding":
+                out[i] = I.SlidingWindowSpec(**common, sliding_window=c.window)
+            elif kind == "chunked":
+                out[i] = I.ChunkedLocalAttentionSpec(**common, attention_chunk_size=c.window)
+            elif kind == "mamba":
+                kw: Dict[str, Any] = dict(block_size=c.mamba_block_size or c.max_model_len,
+                                          shapes=self.mamba_shapes(c),
+                                          dtypes=(DTYPES[c.mamba_dtype_bytes],) * 2,
+                                          page_size_padded=c.mamba_page_size_padded)
+                if self.v >= (0, 11):
+                    kw["num_speculative_blocks"] = c.num_speculative_blocks
+                if self.v >= (0, 19) and self.v < (0, 33):
+                    kw["mamba_cache_mode"] = c.mamba_cache_mode
+                if self.v >= (0, 33):
+                    kw["mamba_cache_mode"] = c.mamba_cache_mode
+                out[i] = I.MambaSpec(**kw)
+            else:
+                raise ValueError(kind)
+        return out
+
+    # -- the planner -------------------------------------------------------------------------------
+    def plan(self, c: KVCase) -> KVResult:
+        self.logger.messages = []
+        specs = self.layer_specs(c)
+        res = KVResult(page_size_bytes={i: s.page_size_bytes for i, s in specs.items()})
+        cfg = self.vllm_config(c)
+        workers = [{c.layer_name(i): specs[i] for i in range(lo, hi) if i in specs} for lo, hi in c.pp_stages]
+        idx = {c.layer_name(i): i for i in specs}
+        try:
+            configs = self._configs(cfg, workers, list(c.available))
+        except (ValueError, NotImplementedError) as exc:
+            res.error = f"{type(exc).__name__}: {exc}"
+            res.messages = list(self.logger.messages)
+            self._checks(c, cfg, workers, res)
+            return res
+        groups = configs[0].kv_cache_groups
+        res.num_blocks = configs[0].num_blocks
+        glob = self._global_groups
+        res.groups = [(tuple(idx[n] for n in g.layer_names), type(g.kv_cache_spec).__name__,
+                       g.kv_cache_spec.block_size, g.kv_cache_spec.page_size_bytes) for g in glob]
+        if groups and self.v >= (0, 28):
+            sched = self.utils.generate_scheduler_kv_cache_config(configs)
+            self.utils.update_kv_cache_capacity(cfg, sched)
+        res.messages = list(self.logger.messages)
+        for _, msg in res.messages:
+            m = _TOKENS.search(msg)
+            if m and res.tokens is None:
+                res.tokens = m.group(1)
+            m = _CONC.search(msg)
+            if m and res.concurrency is None:
+                res.concurrency = m.group(2)
+        self._checks(c, cfg, workers, res)
+        return res
+
+    def _configs(self, cfg: Any, workers: List[Dict[str, Any]], available: List[int]) -> List[Any]:
+        P = self.planning
+        self._global_groups = None
+        if self.v >= (0, 33):
+            glob = P.get_global_kv_cache_groups(cfg, workers)
+            self._global_groups = glob
+            return P.get_kv_cache_configs(cfg, workers, available, glob)
+        if self.v >= (0, 11):
+            # get_kv_cache_configs groups the merged specs itself; run it, and the grouping alone
+            merged: Dict[str, Any] = {}
+            for w in workers:
+                merged.update(w)
+            self._global_groups = P.get_kv_cache_groups(cfg, dict(merged))
+            return P.get_kv_cache_configs(cfg, workers, available)
+        # 0.10.x: get_kv_cache_config per worker, then unify_kv_cache_configs (which sorts each
+        # worker's groups and asserts they match); "global" groups = the workers' groups joined
+        out = P.unify_kv_cache_configs([P.get_kv_cache_config(cfg, w, a) for w, a in zip(workers, available)])
+        self._global_groups = [types.SimpleNamespace(
+            layer_names=[n for o in out for n in o.kv_cache_groups[k].layer_names],
+            kv_cache_spec=out[0].kv_cache_groups[k].kv_cache_spec) for k in range(len(out[0].kv_cache_groups))]
+        return out
+
+    def _checks(self, c: KVCase, cfg: Any, workers: List[Dict[str, Any]], res: KVResult) -> None:
+        """Needed bytes and estimated max len per worker, as the admission check computes them."""
+        P = self.planning
+        needed: List[int] = []
+        est: List[int] = []
+        cfg = self.vllm_config(c)  # v0.10/v0.11 estimate_max_model_len leaves max_model_len changed
+        try:
+            if self.v < (0, 19):
+                for w, a in zip(workers, c.available):
+                    if not w:
+                        continue
+                    needed.append(P.max_memory_usage_bytes(cfg, w.values()))
+                    est.append(P.estimate_max_model_len(cfg, w, a))
+                    cfg = self.vllm_config(c)
+            else:
+                merged: Dict[str, Any] = {}
+                for w in workers:
+                    merged.update(w)
+                if self.v >= (0, 33):
+                    builder = self._mods["vllm.v1.core.kv_cache_config_builder"].get_kv_cache_config_builder(cfg)
+                    glob = P.get_global_kv_cache_groups(cfg, workers)
+                else:
+                    glob = P.get_kv_cache_groups(cfg, merged)
+                for w, a in zip(workers, c.available):
+                    groups = P._project_kv_cache_groups_to_worker(glob, w)
+                    if not w:
+                        continue
+                    if self.v >= (0, 33):
+                        # the check runs on available - one block (the null block, v0.30+)
+                        a -= P._pool_bytes_per_block_from_builder(builder, cfg, groups)
+                        needed.append(P._max_memory_usage_bytes_from_groups(builder, cfg, groups))
+                        est.append(P._estimate_max_model_len_from_groups(builder, cfg, groups, a))
+                    else:
+                        needed.append(P._max_memory_usage_bytes_from_groups(cfg, groups))
+                        est.append(P._estimate_max_model_len_from_groups(cfg, groups, a))
+        except (ValueError, NotImplementedError):
+            return
+        res.needed_bytes = needed
+        res.estimated_max_len = est
+
+
+def kv_engine(version: str, _cache: Dict[str, VllmKV] = {}) -> VllmKV:  # noqa: B006 - per-process cache
+    if version not in _cache:
+        _cache[version] = VllmKV(version)
+    return _cache[version]
