@@ -622,3 +622,137 @@ def _compile_mamba_shape(self: SGLangPools) -> Dict[str, Any]:
 
 
 SGLangPools.mamba_per_req = _mamba_per_req  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------
+# the profile with the multimodal reservation and the mamba carve (>=0.5.9)
+# ---------------------------------------------------------------------------------------------
+
+def env_default(src: EngineSource, name: str) -> Any:
+    """The default of ``envs.<name>`` as declared in the release's ``environ.py`` (``X = EnvInt(100)``)."""
+    member = "sglang/srt/environ.py"
+    tree = loader._parse(src.read(member), f"{src.label}/{member}")
+    for node in loader.ast.walk(tree):
+        if (isinstance(node, loader.ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], loader.ast.Name) and node.targets[0].id == name
+                and isinstance(node.value, loader.ast.Call) and node.value.args):
+            expr = loader.ast.Expression(node.value.args[0])
+            return eval(compile(expr, member, "eval"), {"__builtins__": {}})  # a constant expression
+    raise loader.StandInMissing(f"{src.label}: environ.py declares no {name}")
+
+
+@dataclass(frozen=True)
+class ProfileMMCase:
+    pre_model_load_gib: float
+    available_gib: float
+    mem_fraction_static: float
+    is_multimodal: bool
+    mm_feature_transport: Optional[str]
+    mamba: Optional[MambaCase] = None  # rest_gib unused: the profile computes it
+
+
+@dataclass
+class ProfileMMResult:
+    rest_bytes: Optional[int]
+    max_mamba_cache_size: Optional[int]
+    error: Optional[str] = None
+
+
+def profile_mm_members(version: str) -> tuple:
+    v = _vtuple(version)
+    out = ["sglang/srt/environ.py"]
+    if v < (0, 5, 18):
+        out.append("sglang/srt/model_executor/model_runner_kv_cache_mixin.py")
+    else:
+        out.append("sglang/srt/mem_cache/kv_cache_configurator.py")
+    return tuple(out)
+
+
+def _profile_mm(self: SGLangPools, c: ProfileMMCase) -> ProfileMMResult:
+    mc = c.mamba or MambaCase(rest_gib=0.0, per_req_bytes=0)
+    self._case = mc
+    self._pcase = c
+    key = "profile_mm"
+    if key not in self._compiled:
+        self._compiled[key] = _compile_profile_mm(self)
+    fns = self._compiled[key]
+    attn_dp = mc.dp_size if mc.enable_dp_attention else 1
+    sa = types.SimpleNamespace(
+        speculative_num_draft_tokens=mc.speculative_num_draft_tokens, disable_radix_cache=mc.disable_radix_cache,
+        max_mamba_cache_size=mc.max_mamba_cache_size, max_running_requests=mc.max_running_requests,
+        mamba_full_memory_ratio=mc.mamba_full_memory_ratio, dp_size=mc.dp_size,
+        enable_dp_attention=mc.enable_dp_attention, disable_overlap_schedule=False,
+        enable_mamba_extra_buffer=lambda: False, enable_mamba_extra_buffer_lazy=lambda: False,
+        mem_fraction_static=c.mem_fraction_static, mm_feature_transport=c.mm_feature_transport)
+    cfg = None
+    if c.mamba is not None:
+        cfg = types.SimpleNamespace(mamba2_cache_params=types.SimpleNamespace(
+            mamba_cache_per_req=mc.per_req_bytes, layers=[0]), full_attention_layer_ids=[])
+    host = types.SimpleNamespace(
+        mambaish_config=cfg, server_args=sa, hybrid_gdn_config=object() if mc.is_gdn else None,
+        hybrid_kda_config=None, spec_algorithm=SpecAlgo(mc.speculative_algorithm), dp_size=attn_dp,
+        attn_dp_size=attn_dp, pp_size=1, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=attn_dp),
+        extra_mamba_cache_bytes_per_req=0, model_config=types.SimpleNamespace(
+            num_hidden_layers=1, is_multimodal=c.is_multimodal, hf_config=types.SimpleNamespace()),
+        device="cuda", gpu_id=0, mem_fraction_static=c.mem_fraction_static, post_capture_kv_active=False,
+        is_draft_worker=False, num_effective_layers=1, start_layer=0, end_layer=1)
+    host.fused_entry_bytes = lambda name: None
+    for name in ("_calculate_mamba_ratio", "handle_max_mamba_cache", "_handle_max_mamba_cache"):
+        if name in fns:
+            setattr(host, name, types.MethodType(fns[name], host))
+    host.get_cell_size_per_token = lambda num_layers: 1  # 0.5.9: tokens with a 1-byte cell = bytes
+    self._schedule_state = types.SimpleNamespace(
+        max_mamba_cache_size=mc.max_mamba_cache_size, max_running_requests=mc.max_running_requests,
+        mamba_full_memory_ratio=mc.mamba_full_memory_ratio, disable_overlap_schedule=False,
+        mem_fraction_static=c.mem_fraction_static, prefill_max_requests=None)
+    try:
+        rest = fns["profile"](host, c.pre_model_load_gib)
+    except (RuntimeError, ValueError) as exc:
+        return ProfileMMResult(None, None, f"{type(exc).__name__}: {exc}")
+    size = None
+    if c.mamba is not None:
+        size = sa.max_mamba_cache_size if self.v < (0, 5, 18) else self._schedule_state.max_mamba_cache_size
+    return ProfileMMResult(rest, size)
+
+
+def _compile_profile_mm(self: SGLangPools) -> Dict[str, Any]:
+    import gc as _gc  # noqa: F401  (the engine calls gc.collect(); a no-op stand-in below)
+    out = dict(_compile_mamba(self))
+    avail = lambda *a, **k: self._pcase.available_gib  # noqa: E731
+    world = lambda: types.SimpleNamespace(world_size=1, cpu_group=None)  # noqa: E731
+    if self.v < (0, 5, 18):
+        m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+        name = ("ModelRunnerKVCacheMixin.profile_max_num_token" if self.v < (0, 5, 10)
+                else "ModelRunnerKVCacheMixin._profile_available_bytes")
+        fns = loader.compile_defs(self._text(m), self.origin(m), [name], {
+            "get_available_gpu_memory": avail, "get_world_group": world, "math": __import__("math")})
+        out["profile"] = fns[name.split(".")[-1]]
+        out["handle_max_mamba_cache"] = out.pop("handle")
+        return out
+    envs = _Env({"SGLANG_VLM_CACHE_SIZE_MB": env_default(self.src, "SGLANG_VLM_CACHE_SIZE_MB"),
+                 "SGLANG_MM_FEATURE_CACHE_MB": env_default(self.src, "SGLANG_MM_FEATURE_CACHE_MB"),
+                 "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": False})
+    m = "sglang/srt/mem_cache/kv_cache_configurator.py"
+    mm = loader.compile_defs(self._text(m), self.origin(m), ["mm_runtime_reservation_gb"],
+                             {"envs": envs, "logger": log})
+    stand = {
+        "gc": types.SimpleNamespace(collect=lambda: 0), "get_available_gpu_memory": avail,
+        "get_world_group": world, "math": __import__("math"),
+        "get_parallel": lambda: types.SimpleNamespace(launch_world_size=1,
+                                                      world_group=types.SimpleNamespace(cpu_group=None)),
+        "get_schedule": lambda: self._schedule_state,
+        "get_exec": lambda: types.SimpleNamespace(graph=types.SimpleNamespace(
+            cuda_graph_config=types.SimpleNamespace(prefill=types.SimpleNamespace(
+                full_prefill_max_req=None, backend="breakable")))),
+        "get_disagg": lambda: types.SimpleNamespace(disaggregation_mode="null"),
+        "get_mm": lambda: types.SimpleNamespace(mm_feature_transport=self._pcase.mm_feature_transport),
+        "Backend": types.SimpleNamespace(FULL="full"),
+        "mm_runtime_reservation_gb": mm["mm_runtime_reservation_gb"],
+    }
+    fns = loader.compile_defs(self._text(m), self.origin(m), ["KVCacheConfigurator._profile_available_bytes"], stand)
+    out["profile"] = fns["_profile_available_bytes"]
+    out["_handle_max_mamba_cache"] = out.pop("handle")
+    return out
+
+
+SGLangPools.profile_mm = _profile_mm  # type: ignore[attr-defined]

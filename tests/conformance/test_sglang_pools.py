@@ -17,7 +17,8 @@ import pytest
 from . import cases
 from .conftest import count_cases, require_source
 from .sglang_engine import _vtuple
-from .sglang_engine_pools import (MambaCase, MambaShapeCase, ReqCase, SGLangPools, mamba_members,
+from .sglang_engine_pools import (MambaCase, MambaShapeCase, ProfileMMCase, ReqCase, SGLangPools, mamba_members,
+                                  profile_mm_members,
                                   mamba_shape_members, req_members)
 from .wheels import SGLANG_VERSIONS
 
@@ -227,3 +228,62 @@ def test_mamba_state_bytes(version, multiplier):
     count_cases("sglang", version, "mamba/GDN state bytes per request (Mamba2StateShape.create + mamba_cache_per_req)", n)
     assert not bad, (f"sglang {version}: {len(bad)}/{n} differ; first: "
                      + "; ".join(f"{s} kvscope={o} engine={t}" for _c, s, o, t in bad[:3]))
+
+
+# ---------------------------------------------------------------------------------------------
+# the profile with the multimodal reservation (0.5.18+) and the mamba carve
+
+N_PROFILE = 1200
+
+
+def gen_profile_mm(rng: random.Random, version: str) -> ProfileMMCase:
+    pre = rng.choice([rng.uniform(5, 200), rng.uniform(70, 140)])
+    weights = rng.uniform(0, pre * rng.choice([0.3, 0.9, 1.0]))
+    mamba = gen_mamba(rng, version) if rng.random() < 0.5 else None
+    return ProfileMMCase(
+        pre_model_load_gib=pre, available_gib=pre - weights,
+        mem_fraction_static=rng.choice([round(rng.uniform(0.3, 0.97), 3), 0.88, rng.uniform(0.5, 0.95)]),
+        is_multimodal=rng.random() < 0.5,
+        mm_feature_transport=rng.choice([None, None, "cuda_ipc", "cuda_vmm", "shm", "tcp"]),
+        mamba=mamba)
+
+
+def kvscope_profile_mm(version: str, c: ProfileMMCase):
+    v = args_mod.parse_version(version)
+    m = c.mamba
+    mm = memory.mm_reservation_gib(v, c.is_multimodal, c.mm_feature_transport)
+    kw = {}
+    if m is not None:
+        kw = dict(mamba_per_req_bytes=m.per_req_bytes, mamba_ratio=m.mamba_full_memory_ratio,
+                  max_mamba_cache_size=m.max_mamba_cache_size, disable_radix_cache=m.disable_radix_cache,
+                  max_running_requests=m.max_running_requests,
+                  attn_dp_size=m.dp_size if m.enable_dp_attention else 1,
+                  speculative_num_draft_tokens=m.speculative_num_draft_tokens if m.speculative_algorithm else None,
+                  mamba_is_gdn=m.is_gdn)
+    prof, carve = memory.profile(v, pre_model_load_gib=c.pre_model_load_gib, available_gpu_gib=c.available_gib,
+                                 mem_fraction_static=c.mem_fraction_static, cell_bytes=1, mm_reservation=mm, **kw)
+    if prof.error is not None:
+        return None, None, prof.error
+    return prof.rest_memory_bytes, (carve.max_mamba_cache_size if carve is not None else None), None
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_profile_mm_reservation_and_mamba(version, multiplier):
+    if _vtuple(version) < (0, 5, 9):
+        pytest.skip(f"sglang {version}: the cell is computed inside profile_max_num_token; its carve is "
+                    "tested alone (test_mamba_carve) and it has no multimodal reservation (0.5.18+)")
+    require_source("sglang", version, profile_mm_members(version))
+    engine = SGLangPools(version)
+    n = N_PROFILE * multiplier
+    bad = []
+    for rng in cases.rngs(seed=73, n=n):
+        c = gen_profile_mm(rng, version)
+        t = engine.profile_mm(c)
+        theirs = (t.rest_bytes, t.max_mamba_cache_size, t.error)
+        ours = kvscope_profile_mm(version, c)
+        if ours != theirs:
+            bad.append((c, ours, theirs))
+    count_cases("sglang", version, "profile budget with mm_runtime_reservation_gb (0.5.18+) + mamba carve "
+                "+ ValueError (bytes, max_mamba_cache_size)", n)
+    assert not bad, (f"sglang {version}: {len(bad)}/{n} differ (rest bytes, max_mamba_cache_size, error); "
+                     "first: " + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))
