@@ -47,6 +47,11 @@ TRIGGER = re.compile(
 REQUEST_LINE = re.compile(
     rb"Prefill batch|Decode batch|Avg prompt throughput|\"(?:GET|POST) /|HTTP/1\.[01]\" \d{3}|"
     rb"Received request|Finished request|Added request|Aborted request|Engine \d{3}:(?! vllm cache_config_info)")
+# Python tracebacks: the header, the frames and the indented source lines (after any log prefix) are
+# counted apart; the exception line that ends a traceback is not indented, so it is read as usual.
+TB_START = re.compile(rb"Traceback \(most recent call last\)")
+TB_FRAME = re.compile(rb'File "[^"\n]{1,400}", line \d+')
+TB_BODY = re.compile(rb'^(?:[^"\n]{0,160}?[\])] )?\s{2,}\S|^[^\w\n]{0,160}?[\^~]{3,}\s*$')
 # A line we did not understand is reported only if it looks memory-related, or is a warning or an error.
 MEMORYISH = re.compile(
     rb"(?i)\bmem(?:ory)?\b|\bGiB\b|\d\s?GB\b|\bKV\b|\bOOM\b|out of memory|cuda ?graph|#tokens|"
@@ -89,11 +94,12 @@ class LogStats:
     unparsed: int
     cut_lines: int
     seconds: float
+    traceback_lines: int = 0  # frames and code lines of Python tracebacks (the exception line itself is read)
 
     def to_dict(self) -> dict[str, Any]:
         return {"lines": self.lines, "bytes": self.bytes, "recognised": self.recognised,
                 "request_lines": self.request_lines, "unparsed": self.unparsed, "cut_lines": self.cut_lines,
-                "seconds": round(self.seconds, 3)}
+                "traceback_lines": self.traceback_lines, "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,8 @@ class _Scan:
 def scan(lines: Iterable[tuple[bytes, bool]]) -> _Scan:
     """Feed every line to both grammars (cheap: one trigger search per line)."""
     sg, vl = sglang_logs.SglangLogParser(), vllm_logs.VllmLogParser()
-    n = nbytes = recognised = requests = unparsed = cut = 0
+    n = nbytes = recognised = requests = unparsed = cut = tb_lines = 0
+    in_tb = False
     samples: list[str] = []
     t0 = time.perf_counter()
     for n, (raw, was_cut) in enumerate(lines, 1):
@@ -214,12 +221,22 @@ def scan(lines: Iterable[tuple[bytes, bool]]) -> _Scan:
             b = vl.feed(n, text)
             if a or b:
                 recognised += 1
+                in_tb = False
                 continue
+        if (b"Traceback" in raw and TB_START.search(raw)) or (b"File" in raw and TB_FRAME.search(raw)):
+            in_tb = True  # a frame starts one too: excerpts often begin in the middle of a traceback
+            tb_lines += 1
+            continue
+        if in_tb:
+            if TB_BODY.search(raw):
+                tb_lines += 1
+                continue
+            in_tb = False
         if has_memoryish_anchor(raw) and MEMORYISH.search(raw):
             unparsed += 1
             if len(samples) < MAX_UNPARSED_SAMPLES:
                 samples.append(sglang_logs.evidence(n, sglang_logs.clean(raw.decode("utf-8", "replace"))))
-    stats = LogStats(n, nbytes, recognised, requests, unparsed, cut, time.perf_counter() - t0)
+    stats = LogStats(n, nbytes, recognised, requests, unparsed, cut, time.perf_counter() - t0, tb_lines)
     return _Scan(sg, vl, stats, samples)
 
 

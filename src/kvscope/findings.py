@@ -737,7 +737,9 @@ def _vllm_failure_findings(an: Analysis, log: Any, flags: dict, util: float | No
         an.add(FREE_BELOW_UTILIZATION, ERROR,
                f"only {v['free_gib']} of {v['total_gib']} GiB were free at startup, less than the requested "
                f"{v['util']} × total = {v['requested_gib']} GiB (another process holds the GPU)", e.evidence,
-               f"--gpu-memory-utilization {u:.2f} or stop the other process")
+               (f"stop the other process holding ≈{v['total_gib'] - v['free_gib']:.2f} GiB on this GPU (nvidia-smi), "
+                f"or lower --gpu-memory-utilization to {u:.2f}"
+                + (" (probably too little for the weights: free the GPU instead)" if u < 0.3 else "")))
     if not failed and avail is not None and avail <= 0:
         failed = True
         w = an.weights_bytes / GiB if an.weights_bytes else None
@@ -771,6 +773,9 @@ def _vllm_failure_findings(an: Analysis, log: Any, flags: dict, util: float | No
         an.starts = False
         an.error = next((f.evidence[0] for f in an.findings
                          if f.code in (KV_SIZING_FAILED, FREE_BELOW_UTILIZATION, STARTUP_FAILED) and f.evidence), None)
+        failed_codes = {f.code for f in an.findings if f.severity == ERROR}
+        an.extra["failed_at"] = ("kv_sizing" if KV_SIZING_FAILED in failed_codes else
+                                 "init" if FREE_BELOW_UTILIZATION in failed_codes else "engine")
     elif avail is not None or tokens:
         an.starts = True
         conc = an.extra.get("max_concurrency")

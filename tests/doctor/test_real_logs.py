@@ -106,7 +106,7 @@ EXPECT: dict[str, dict] = {
         version_range="<0.14.0", error="Available KV cache memory: -2.14 GiB",
         extra={"available_kv_cache_bytes": gib(-2.14)}, message="-2.14 GiB"),
     "vllm-27508-gptoss120b-h100-fail": dict(
-        engine="vllm", starts=False, kv_gib=1.71, codes=["kv-sizing-failed", "unparsed-lines"],
+        engine="vllm", starts=False, kv_gib=1.71, codes=["kv-sizing-failed"], traceback_lines=3,
         error="max seq len (131072)", message="needs 4.54 GiB of KV but only 1.71 GiB"),
     "vllm-33155-gptoss120b-h100-0141-caret-ansi": dict(
         engine="vllm", starts=None, weights_gib=64.38, codes=["log-truncated"], version_range=">0.11.0",
@@ -123,6 +123,20 @@ EXPECT: dict[str, dict] = {
     "vllm-25350-fp8kv-221k-fail": dict(
         engine="vllm", starts=False, codes=["kv-sizing-failed"], error="max seq len (221000)",
         fix=[("max_model_len", 122080)], message="needs 10.12 GiB of KV but only 5.59 GiB"),
+    # "Free memory on device (free/total GiB) on startup is less than desired GPU memory utilization (util, req GiB)"
+    "vllm-20305-v091-free-memory": dict(
+        engine="vllm", starts=False, codes=["free-memory-below-utilization"], error="(31.44/47.38 GiB)",
+        fix=[("gpu_memory_utilization", 0.65)], extra={"failed_at": "init"}, message="only 31.44 of 47.38 GiB",
+        traceback_lines=3),
+    "vllm-33297-ci-caret-free-memory": dict(
+        engine="vllm", starts=False, codes=["free-memory-below-utilization"], error="(1.54/22.05 GiB)",
+        fix=[("gpu_memory_utilization", 0.05)], extra={"failed_at": "init"}, message="requested 0.9 × total = 19.84 GiB"),
+    "vllm-23192-mixtral-h200-free-memory": dict(
+        engine="vllm", starts=False, codes=["free-memory-below-utilization"], error="(7.34/139.72 GiB)",
+        extra={"failed_at": "init"}, message="only 7.34 of 139.72 GiB", traceback_lines=3),
+    "vllm-pytorch175666-free-memory-cuda1": dict(
+        engine="vllm", starts=False, codes=["free-memory-below-utilization"], error="cuda:1 (19.77/22.05 GiB)",
+        fix=[("gpu_memory_utilization", 0.88)], extra={"failed_at": "init"}),
 }
 
 
@@ -184,6 +198,8 @@ def test_figures_recovered_exactly(case_id):
         assert end[1] == gib(value), (rank, ph)
     for rank, value in exp.get("graph_begin", {}).items():
         assert phases(r, rank)["cuda_graph"][0] == gib(value)
+    if "traceback_lines" in exp:
+        assert r.stats.traceback_lines == exp["traceback_lines"] and r.stats.unparsed == 0
     rank0 = tl.ranks[0].decision if tl.ranks else {}
     for key, value in exp.get("decision", {}).items():
         assert rank0.get(key) == value

@@ -67,6 +67,11 @@ def render_text(report: Any) -> str:
     if shown:
         out.append("flags    " + ", ".join(f"{k}={v}" for k, v in shown.items()))
     status = {True: "started (KV cache allocated)", False: "FAILED at KV sizing", None: "unknown (log ends early)"}[tl.starts]
+    failed_at = x.get("failed_at")
+    if tl.starts is False and failed_at == "init":
+        status = "FAILED before loading weights (startup memory check)"
+    elif tl.starts is False and failed_at == "engine":
+        status = "FAILED (the engine crashed; see the traceback in the log)"
     out.append(f"startup  {status}")
     if tl.kv_cache_tokens is not None:
         out.append(f"KV       {tl.kv_cache_tokens:,} tokens, {_gib(tl.kv_cache_bytes)} GiB per GPU"
@@ -112,7 +117,9 @@ def render_text(report: Any) -> str:
     st = report.stats
     out.append("")
     out.append(f"read {st.lines:,} lines ({st.bytes / 1e6:.1f} MB): {st.recognised:,} understood, "
-               f"{st.request_lines:,} request lines, {st.unparsed:,} memory-looking lines not understood")
+               f"{st.request_lines:,} request lines, "
+               + (f"{st.traceback_lines:,} traceback lines, " if getattr(st, "traceback_lines", 0) else "")
+               + f"{st.unparsed:,} memory-looking lines not understood")
     for s in report.unparsed_samples[:10]:
         out.append(f"  ? {s}")
     return "\n".join(out) + "\n"
