@@ -534,7 +534,7 @@ def _eval_sglang(r: FitRequest, c: Candidate, counter: _Counter) -> FitOption | 
     else:
         lo, hi = 1, int(round(1 / step)) - 1
     try:
-        top = plan_at(hi)
+        first = plan_at(None if fixed is None else lo)  # the engine's default fraction: also reported
     except KvscopeError as exc:
         return Rejection(c, str(exc))
 
@@ -546,21 +546,22 @@ def _eval_sglang(r: FitRequest, c: Candidate, counter: _Counter) -> FitOption | 
         t = plan_at(k)
         return not t.starts or _headroom(t) >= 0  # below the start the constraint does not bind (monotone)
 
-    x = top.extra
+    x = first.extra
     pre_bytes = x.get("pre_model_load_bytes") or 0
     guess = None
-    if pre_bytes and top.kv_cell_bytes:
-        d = top.ranks[0].decision
+    if pre_bytes and first.kv_cell_bytes:
+        d = first.ranks[0].decision
         reserve = (d.get("mm_reservation_gib") or 0.0) + (d.get("mamba_state_gib") or 0.0)
         f = sgl_mem.min_viable_fraction(pre_model_load_gib=pre_bytes / GiB,
                                         available_gpu_gib=(x.get("available_gpu_bytes") or 0) / GiB,
-                                        reserve_gib=reserve, need_bytes=need * top.kv_cell_bytes)
+                                        reserve_gib=reserve, need_bytes=need * first.kv_cell_bytes)
         guess = math.ceil(f / step - 1e-9) if math.isfinite(f) else None
     k_min = _first_true(lo, hi, meets, guess)
-    k_max_guess = None
-    if k_min is not None and pre_bytes:
-        hr = _headroom(plan_at(k_min))
-        k_max_guess = k_min + int(hr // (pre_bytes * step)) if hr >= 0 else k_min - 1
+    if k_min is None and not plan_at(hi).starts:  # tokens grow with the fraction: nothing starts below
+        return _sglang_reject(r, c, need, per_engine, plan_at, None, None, step, hi)
+    k_ref = k_min if k_min is not None else hi
+    hr = _headroom(plan_at(k_ref))  # slack shrinks by pre x step per grid step
+    k_max_guess = k_ref + math.floor(hr / (pre_bytes * step)) if pre_bytes else None
     k_max = _last_true(lo, hi, headroom_ok, k_max_guess)
     if k_max is not None and not plan_at(k_max).starts:
         k_max = None  # never starts with headroom >= 0
@@ -569,7 +570,7 @@ def _eval_sglang(r: FitRequest, c: Candidate, counter: _Counter) -> FitOption | 
     t, tm = plan_at(k_min), plan_at(k_max)
     frac = _fmt_fraction(k_min * step, step)
     flags = _sglang_flags(c, r, frac)
-    default = None if fixed is not None else plan_at(None).extra.get("mem_fraction_static")
+    default = None if fixed is not None else first.extra.get("mem_fraction_static")
     return FitOption(
         candidate=c, knob=KNOB["sglang"], fraction=frac, fraction_max=_fmt_fraction(k_max * step, step),
         kv_cache_tokens=t.kv_cache_tokens, kv_cache_tokens_max=tm.kv_cache_tokens,
