@@ -76,3 +76,20 @@ def test_corrupt_checkpoint_dir(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{bad")
     r = run(["plan", str(tmp_path), "--gpu", "h100-sxm"])
     assert r.returncode == 2 and "model.safetensors" in r.stderr and "Traceback" not in r.stderr
+
+
+def _plan_json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_parallel_flags_accept_either_engines_spelling(capsys):
+    base = ["plan", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "h100", "--json"]
+    v_short = _plan_json(capsys, base + ["--engine", "vllm", "--tp", "4"])
+    v_long = _plan_json(capsys, base + ["--engine", "vllm", "--tensor-parallel-size", "4"])
+    assert v_short["kv_cache_tokens"] == v_long["kv_cache_tokens"] and v_short["tensor_parallel_size"] == 4
+    s_long = _plan_json(capsys, base + ["--tensor-parallel-size", "4"])
+    s_short = _plan_json(capsys, base + ["--tp", "4"])
+    assert len(s_long["ranks"]) == len(s_short["ranks"]) == 4
+    assert main(base + ["--tp", "2", "--tensor-parallel-size", "4"]) == 2
+    assert "disagree" in capsys.readouterr().err

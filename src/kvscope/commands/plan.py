@@ -78,7 +78,26 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+# SGLang and vLLM spell the parallel sizes differently; both engines accept the long vLLM names and
+# kvscope accepts either spelling for either engine (--tp 4 == --tensor-parallel-size 4).
+_PARALLEL_ALIASES = (("tp_size", "tensor_parallel_size", "--tp"), ("pp_size", "pipeline_parallel_size", "--pp"),
+                     ("dp_size", "data_parallel_size", "--dp"))
+
+
+def _reconcile_parallel_flags(args: argparse.Namespace) -> None:
+    for short, long, flag in _PARALLEL_ALIASES:
+        a, b = getattr(args, short, 1) or 1, getattr(args, long, 1) or 1
+        if a != 1 and b != 1 and a != b:
+            raise FlagError(f"{flag} {a} and --{long.replace('_', '-')} {b} disagree", field=flag,
+                            fix="give the size once")
+        size = a if a != 1 else b
+        setattr(args, short, size)
+        if hasattr(args, long):
+            setattr(args, long, size)
+
+
 def run(args: argparse.Namespace) -> int:
+    _reconcile_parallel_flags(args)
     spec, _src = load_spec(args.model)
     gpu = get_gpu(args.gpu, args.gpu_memory_mib)
     if args.engine == "vllm":

@@ -36,6 +36,7 @@ KNOWN_MODEL_TYPES = frozenset({
     "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "kimi_k25", "glm4_moe", "glm_moe_dsa",
     "gpt_oss", "gemma", "gemma2", "gemma3", "gemma3_text", "llama4", "llama4_text", "phi3", "phi",
     "minimax_m2", "nemotron_h", "falcon_h1", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
+    "qwen3_vl_text", "qwen3_vl_moe_text", "qwen2_5_vl_text", "qwen2_vl_text",
     "mistral3", "pixtral", "glm4", "cohere", "starcoder2", "olmo2", "ernie4_5", "ernie4_5_moe",
     "qwen3_5", "qwen3_5_moe", "kimi_linear", "nemotron", "granite", "exaone",
 })
