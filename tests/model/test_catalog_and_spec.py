@@ -132,3 +132,14 @@ def test_safetensors_exact_and_corrupt(tmp_path):
     _st(tmp_path / "d.safetensors", h, b"\0" * 10)  # truncated data
     with pytest.raises(CheckpointError, match="past the end"):
         read_header(tmp_path / "d.safetensors")
+
+
+def test_metadata_only_model_names_the_related_bundled_config():
+    from kvscope.catalog import load_model_source
+    from kvscope.errors import ConfigError
+    with pytest.raises(ConfigError) as e:
+        load_model_source("Qwen/Qwen2.5-32B-Instruct")
+    assert e.value.field == "config.json" and "Qwen/Qwen2.5-32B " in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_model_source("google/gemma-3-27b-it")  # no related config: no suggestion invented
+    assert "related" not in str(e.value)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -53,6 +54,19 @@ def list_models(with_config_only: bool = True) -> list[str]:
     return sorted(ids, key=str.lower)
 
 
+def _related_with_config(meta: Mapping[str, Any]) -> list[str]:
+    """Bundled models with a config that the catalog's notes name as related (the base model of an
+    Instruct, the BF16 config of a quantized repo, a sibling variant) -- never a guess by name."""
+    notes = str(meta.get("notes") or "")
+    index = _index()
+    out = []
+    for token in re.findall(r"[A-Za-z0-9_.\-]+--[A-Za-z0-9_.\-]+", notes):
+        d = index.get(token.rstrip(".").replace("--", "/", 1).lower())
+        if d is not None and ((d / "config.json").exists() or (d / "config.partial.json").exists()):
+            out.append(d.name.replace("--", "/", 1))
+    return out
+
+
 def _read_json(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
@@ -71,8 +85,11 @@ def _from_dir(ref: str, d: Path, name: str, meta: Mapping[str, Any], checkpoint:
     if not cfg_path.exists() and (d / "config.partial.json").exists():
         cfg_path, partial = d / "config.partial.json", True
     if not cfg_path.exists():
+        near = _related_with_config(meta)
+        also = (f"; a related bundled config: {', '.join(near)} ({meta.get('notes')})" if near else "")
         raise ConfigError(f"no config.json for {name}", field="config.json",
-                          fix="pass a checkpoint directory or a config.json path (kvscope has only metadata for this model)")
+                          fix="pass a checkpoint directory or a config.json path (kvscope has only metadata for "
+                              f"this model){also}")
     cfg = _read_json(cfg_path)
     if not isinstance(cfg, dict):
         raise ConfigError(f"{cfg_path} is not a JSON object", field="config.json", fix="pass a Hugging Face config.json")
