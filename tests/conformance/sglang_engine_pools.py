@@ -108,6 +108,9 @@ class SpecAlgo:
     def is_dflash(self) -> bool:
         return self.name == "DFLASH"
 
+    def is_dflash_family(self) -> bool:
+        return self.name in ("DFLASH", "DSPARK")
+
     def is_uno(self) -> bool:
         return self.name == "UNO"
 
@@ -756,3 +759,223 @@ def _compile_profile_mm(self: SGLangPools) -> Dict[str, Any]:
 
 
 SGLangPools.profile_mm = _profile_mm  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------
+# hybrid SWA split
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SWACase:
+    available_bytes: int  # int(rest_memory * 2**30) after the profile
+    layer_kinds: str  # one char per layer: "F" full attention, "S" sliding window
+    total_num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    swa_num_kv_heads: Optional[int]  # None: the config has no swa_num_key_value_heads (= full heads)
+    swa_head_dim: int
+    swa_v_head_dim: int
+    kv_bytes: int
+    attn_tp_size: int
+    page_size: int
+    swa_full_tokens_ratio: float
+    sliding_window: int
+    max_total_tokens: Optional[int] = None
+    llama4_chunk: Optional[int] = None  # Llama-4 attention_chunk_size (0.5.6's own formula)
+    context_len: int = 131072
+    mem_fraction_static: float = 0.88
+
+
+@dataclass
+class SWAResult:
+    max_total_num_tokens: Optional[int]
+    full_tokens: Optional[int]
+    swa_tokens: Optional[int]
+    error: Optional[str] = None
+
+
+def swa_members(version: str) -> tuple:
+    v = _vtuple(version)
+    out = ["sglang/srt/configs/model_config.py"]
+    if v < (0, 5, 9):
+        out += ["sglang/srt/model_executor/model_runner.py"]
+    elif v < (0, 5, 18):
+        out += ["sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+                "sglang/srt/model_executor/pool_configurator.py"]
+    else:
+        out += ["sglang/srt/mem_cache/kv_cache_configurator.py", "sglang/srt/model_executor/pool_configurator.py"]
+    return tuple(out)
+
+
+def _swa_model_config(self: SGLangPools, c: SWACase, fns: Dict[str, Any]) -> Any:
+    hf_text = types.SimpleNamespace()
+    if c.swa_num_kv_heads is not None:
+        hf_text.swa_num_key_value_heads = c.swa_num_kv_heads
+    full_ids = [i for i, k in enumerate(c.layer_kinds) if k == "F"]
+    swa_ids = [i for i, k in enumerate(c.layer_kinds) if k == "S"]
+    mc = types.SimpleNamespace(
+        head_dim=c.head_dim, v_head_dim=c.v_head_dim, swa_head_dim=c.swa_head_dim, swa_v_head_dim=c.swa_v_head_dim,
+        total_num_kv_heads=c.total_num_kv_heads, hf_text_config=hf_text, num_hidden_layers=len(c.layer_kinds),
+        full_attention_layer_ids=full_ids, swa_attention_layer_ids=swa_ids, context_len=c.context_len,
+        is_hybrid_swa=True, attention_arch="MHA", hf_config=types.SimpleNamespace(
+            architectures=["Llama4ForConditionalGeneration" if c.llama4_chunk else "GptOssForCausalLM"]),
+        is_multimodal=False, is_draft_model=False, quantization=None)
+    mc.get_total_num_kv_heads = lambda: c.total_num_kv_heads
+    mc.get_num_kv_heads = types.MethodType(fns["get_num_kv_heads"], mc)
+    mc.get_swa_num_kv_heads = types.MethodType(fns["get_swa_num_kv_heads"], mc)
+    return mc
+
+
+def _swa(self: SGLangPools, c: SWACase) -> SWAResult:
+    self._swa_case = c
+    if "swa" not in self._compiled:
+        self._compiled["swa"] = _compile_swa(self)
+    fns = self._compiled["swa"]
+    mc = _swa_model_config(self, c, fns)
+    dtype = _Dtype({1: "float8_e4m3fn", 2: "bfloat16", 4: "float32"}[c.kv_bytes], c.kv_bytes)
+    sa = types.SimpleNamespace(
+        kv_cache_dtype="auto", max_running_requests=None, max_total_tokens=c.max_total_tokens,
+        page_size=c.page_size, speculative_algorithm=None, speculative_num_draft_tokens=None,
+        max_speculative_num_draft_tokens=None, speculative_adaptive=False, disaggregation_mode="null",
+        enable_memory_saver=False, mem_fraction_static=c.mem_fraction_static, disable_radix_cache=False,
+        enable_dp_attention=False, dp_size=1, swa_full_tokens_ratio=c.swa_full_tokens_ratio,
+        chunked_prefill_size=8192)
+    if self.v < (0, 5, 11):
+        return _swa_classic(self, c, fns, mc, dtype, sa)
+    host = types.SimpleNamespace(
+        server_args=sa, model_config=mc, kv_cache_dtype=dtype, kv_cache_dtype_str="auto", mambaish_config=None,
+        pp_size=1, dp_size=1, attn_dp_size=1, is_hybrid_swa=True, sliding_window_size=c.sliding_window,
+        page_size=c.page_size, spec_algorithm=SpecAlgo(None), is_draft_worker=False,
+        layer_info=types.SimpleNamespace(full_attention_layer_ids=mc.full_attention_layer_ids,
+                                         swa_attention_layer_ids=mc.swa_attention_layer_ids))
+    host.fused_entry_bytes = lambda name: None
+    host._profile_available_bytes = lambda pre: c.available_bytes
+    conf_cls = fns["HybridSWAPoolConfigurator"]
+    fns["_current_conf"] = None
+
+    def create(mr: Any) -> Any:  # create_memory_pool_configurator: a hybrid SWA model, radix cache on
+        conf = conf_cls.__new__(conf_cls)
+        conf.__init__(mr)
+        return conf
+
+    fns["_create"][0] = create
+    for name in ("_apply_token_constraints", "_resolve_max_num_reqs", "resolve_max_num_reqs", "config_from_budget"):
+        if name in fns:
+            setattr(host, name, types.MethodType(fns[name], host))
+    self._case = ReqCase(profiled_tokens=0, context_len=c.context_len, page_size=c.page_size,
+                         max_total_tokens=c.max_total_tokens, mem_fraction_static=c.mem_fraction_static)
+    try:
+        config = fns["_resolve_memory_pool_config"](host, 0)
+    except (RuntimeError, ValueError) as exc:
+        return SWAResult(None, None, None, f"{type(exc).__name__}: {exc}")
+    return SWAResult(config.max_total_num_tokens, config.full_max_total_num_tokens, config.swa_max_total_num_tokens)
+
+
+def _swa_classic(self: SGLangPools, c: SWACase, fns: Dict[str, Any], mc: Any, dtype: Any, sa: Any) -> SWAResult:
+    runner = types.SimpleNamespace(
+        server_args=sa, model_config=mc, dtype="bfloat16", model=types.SimpleNamespace(quant_config=None),
+        spec_algorithm=SpecAlgo(None), is_draft_worker=False, mambaish_config=None, pp_size=1, is_hybrid_swa=True,
+        req_to_token_pool=None, device="cuda", page_size=c.page_size, dp_size=1, kv_cache_dtype=dtype,
+        sliding_window_size=c.sliding_window, attention_chunk_size=c.llama4_chunk)
+    if self.v < (0, 5, 9):
+        # 0.5.6's profile cell: heads x head_dim x L x 2 x e (model_runner.py l.1417; tested in
+        # test_sglang_memory.py); the layers' attention windows come from the built model.
+        n_heads = fns["get_num_kv_heads"](mc, c.attn_tp_size)
+        cell = n_heads * c.head_dim * len(c.layer_kinds) * 2 * c.kv_bytes
+        layers = [types.SimpleNamespace(layer_id=i, self_attn=types.SimpleNamespace(attn=types.SimpleNamespace(
+            sliding_window_size=c.sliding_window if k == "S" else -1))) for i, k in enumerate(c.layer_kinds)]
+        runner.model = types.SimpleNamespace(quant_config=None, model=types.SimpleNamespace(layers=layers))
+    else:
+        runner.get_cell_size_per_token = types.MethodType(fns["get_cell_size_per_token"], runner)
+        runner.num_effective_layers = len(c.layer_kinds)
+        runner.use_mla_backend = False
+        runner.server_args.kv_cache_dtype = "auto"
+        cell = runner.get_cell_size_per_token(len(c.layer_kinds))
+    runner.profile_max_num_token = lambda total: c.available_bytes // cell
+    for name in ("set_num_token_hybrid", "set_num_tokens_hybrid_swa"):
+        if name in fns:
+            setattr(runner, name, types.MethodType(fns[name], runner))
+    try:
+        if self.v < (0, 5, 9):
+            fns["init_memory_pool"](runner, 0, None, c.max_total_tokens)
+        else:
+            fns["init_memory_pool"](runner, 0)
+    except RuntimeError as exc:
+        return SWAResult(None, None, None, f"RuntimeError: {exc}")
+    return SWAResult(runner.max_total_num_tokens, runner.full_max_total_num_tokens, runner.swa_max_total_num_tokens)
+
+
+def _compile_swa(self: SGLangPools) -> Dict[str, Any]:
+    torch = fake_torch()
+    torch._utils = types.SimpleNamespace(_element_size=lambda d: d.itemsize)
+    c = lambda: self._swa_case  # noqa: E731
+    common: Dict[str, Any] = {
+        "torch": torch, "logger": log, "logging": log, "get_attention_tp_size": lambda: c().attn_tp_size,
+        "_is_hip": False, "is_cuda": lambda: True, "SGLANG_CI_SMALL_KV_SIZE": None,
+        "ReqToTokenPool": self._req_pool_cls(), "log_info_on_rank0": lambda lg, msg: None,
+        "is_float4_e2m1fn_x2": lambda d: False, "is_deepseek_nsa": lambda hf: False,
+    }
+    out: Dict[str, Any] = {}
+    mcm = "sglang/srt/configs/model_config.py"
+    names = ["ModelConfig.get_num_kv_heads"]
+    if loader.has_def(self._text(mcm), self.origin(mcm), "ModelConfig.get_swa_num_kv_heads"):
+        names.append("ModelConfig.get_swa_num_kv_heads")
+    out.update(loader.compile_defs(self._text(mcm), self.origin(mcm), names, {}))
+    out.setdefault("get_swa_num_kv_heads", lambda mc, tp: mc.get_num_kv_heads(tp))
+    if self.v < (0, 5, 9):
+        m = "sglang/srt/model_executor/model_runner.py"
+        out.update(loader.compile_defs(self._text(m), self.origin(m), ["ModelRunner.set_num_token_hybrid"], common))
+        out["init_memory_pool"] = _body_slice(self._text(m), self.origin(m), "ModelRunner.init_memory_pool",
+                                              last=_is_req_pool_stmt, stand_ins=common)
+        return out
+    if self.v < (0, 5, 11):
+        m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+        out.update(loader.compile_defs(self._text(m), self.origin(m), [
+            "ModelRunnerKVCacheMixin.set_num_tokens_hybrid_swa", "ModelRunnerKVCacheMixin.get_cell_size_per_token"],
+            common))
+        out["init_memory_pool"] = _body_slice(self._text(m), self.origin(m), "ModelRunnerKVCacheMixin.init_memory_pool",
+                                              last=_is_req_pool_stmt, stand_ins=common)
+        return out
+    create_box: List[Any] = [None]
+    out["_create"] = create_box
+    pc = "sglang/srt/model_executor/pool_configurator.py"
+    text = self._text(pc)
+    mpc = self._pool_configurator({})["MemoryPoolConfig"]
+    stand = dict(common, MemoryPoolConfig=mpc, AttentionArch=types.SimpleNamespace(MLA="MLA", MHA="MHA"),
+                 get_parallel=lambda: types.SimpleNamespace(attn_tp_size=c().attn_tp_size, attn_dcp_size=1,
+                                                            attn_dp_size=1, pp_size=1),
+                 get_schedule=lambda: types.SimpleNamespace(
+                     swa_full_tokens_ratio=c().swa_full_tokens_ratio, page_size=c().page_size,
+                     max_total_tokens=c().max_total_tokens, max_running_requests=None,
+                     mem_fraction_static=c().mem_fraction_static, max_mamba_cache_size=None),
+                 get_memory=lambda: types.SimpleNamespace(enable_unified_memory=False, disable_radix_cache=False))
+    cls_names = [n for n in ("__init__", "_full_cell_bytes", "_swa_cell_bytes", "_recompute_cell_size",
+                             "_solve_pool_sizes", "_make_pool_config", "calculate_pool_sizes",
+                             "calculate_pool_sizes_from_max_tokens")
+                 if loader.has_def(text, self.origin(pc), f"HybridSWAPoolConfigurator.{n}")]
+    if loader.has_def(text, self.origin(pc), "_dflash_draft_cell_size"):
+        stand["_dflash_draft_cell_size"] = loader.compile_defs(text, self.origin(pc), ["_dflash_draft_cell_size"],
+                                                               stand)["_dflash_draft_cell_size"]
+    methods = loader.compile_defs(text, self.origin(pc), [f"HybridSWAPoolConfigurator.{n}" for n in cls_names], stand)
+    for base in ("validate_swa_pool_size", "finalize_with_max_running_requests"):  # inherited from the base class
+        if loader.has_def(text, self.origin(pc), f"MemoryPoolConfigurator.{base}"):
+            methods.update(loader.compile_defs(text, self.origin(pc), [f"MemoryPoolConfigurator.{base}"], {}))
+    out["HybridSWAPoolConfigurator"] = type("HybridSWAPoolConfigurator", (), methods)
+    modules = {"sglang.srt.model_executor.pool_configurator": types.SimpleNamespace(
+        create_memory_pool_configurator=lambda mr: create_box[0](mr), MemoryPoolConfig=mpc)}
+    if self.v < (0, 5, 18):
+        m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+        out.update(loader.compile_defs(self._text(m), self.origin(m), [
+            "ModelRunnerKVCacheMixin._resolve_memory_pool_config", "ModelRunnerKVCacheMixin._apply_token_constraints",
+            "ModelRunnerKVCacheMixin._resolve_max_num_reqs"], common, modules=modules))
+    else:
+        m = "sglang/srt/mem_cache/kv_cache_configurator.py"
+        st = dict(stand, configured_pp_size=lambda: 1)
+        out.update(loader.compile_defs(self._text(m), self.origin(m), [
+            "KVCacheConfigurator._resolve_memory_pool_config", "KVCacheConfigurator.config_from_budget",
+            "KVCacheConfigurator._apply_token_constraints", "KVCacheConfigurator.resolve_max_num_reqs"], st,
+            modules=modules))
+    return out
+
+
+SGLangPools.swa = _swa  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from . import cases
 from .conftest import count_cases, require_source
 from .sglang_engine import _vtuple
 from .sglang_engine_pools import (MambaCase, MambaShapeCase, ProfileMMCase, ReqCase, SGLangPools, mamba_members,
-                                  profile_mm_members,
+                                  SWACase, profile_mm_members, swa_members,
                                   mamba_shape_members, req_members)
 from .wheels import SGLANG_VERSIONS
 
@@ -287,3 +287,89 @@ def test_profile_mm_reservation_and_mamba(version, multiplier):
                 "+ ValueError (bytes, max_mamba_cache_size)", n)
     assert not bad, (f"sglang {version}: {len(bad)}/{n} differ (rest bytes, max_mamba_cache_size, error); "
                      "first: " + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))
+
+
+# ---------------------------------------------------------------------------------------------
+# hybrid SWA split (gpt-oss / MiMo / Gemma-style full + sliding layers, Llama-4 chunked in 0.5.6)
+
+N_SWA = 1200
+
+
+def gen_swa(rng: random.Random, version: str) -> SWACase:
+    classic_06 = _vtuple(version) < (0, 5, 9)
+    n = rng.choice([24, 36, 48, 62, rng.randint(2, 96)])
+    pattern = rng.choice(["SF", "SSSSSF", "SSSF", "FS", None])
+    if pattern is None:
+        kinds = "".join(rng.choice("SF") for _ in range(n))
+        if "S" not in kinds:
+            kinds = "S" + kinds[1:]
+    else:
+        kinds = (pattern * n)[:n]
+    if not classic_06 and rng.random() < 0.05:
+        kinds = "S" * n  # all-SWA
+    heads = rng.choice([1, 2, 4, 8, 8, 16, 64])
+    head_dim = rng.choice([64, 128, 128, 256])
+    same = classic_06 or rng.random() < 0.5
+    v_head = head_dim if classic_06 else rng.choice([head_dim, head_dim, 128])
+    llama4 = classic_06 and rng.random() < 0.3
+    ctx = rng.choice([8192, 131072, 1_048_576, 10_485_760])
+    return SWACase(
+        available_bytes=rng.choice([rng.randint(0, 1 << 30), rng.randint(1 << 30, 150 << 30)]),
+        layer_kinds=kinds, total_num_kv_heads=heads, head_dim=head_dim, v_head_dim=v_head,
+        swa_num_kv_heads=None if same else rng.choice([heads, 1, 4, 8, 16, 32]),
+        swa_head_dim=head_dim if same else rng.choice([64, 128, 192]),
+        swa_v_head_dim=v_head if same else rng.choice([64, 128]),
+        kv_bytes=rng.choice([2, 2, 1, 4]), attn_tp_size=rng.choice([1, 1, 2, 4, 8]),
+        page_size=rng.choice([1, 1, 16, 32, 64, 128, rng.randint(2, 256)]),
+        swa_full_tokens_ratio=rng.choice([0.8, 0.8, 0.5, 0.1, 1.0, 0.25, round(rng.uniform(0.05, 2), 3)]),
+        sliding_window=rng.choice([128, 512, 1024, 4096, 8192, 32768]),
+        max_total_tokens=cases.maybe(rng, 0.2, rng.randint(1, 2_000_000)),
+        llama4_chunk=rng.choice([8192, 16384]) if llama4 else None, context_len=ctx,
+        mem_fraction_static=rng.choice([0.88, round(rng.uniform(0.3, 0.95), 3)]))
+
+
+def _mha_spec(c: SWACase, heads: int, head_dim: int, v_head_dim: int):
+    return spec_mod.ModelSpec(
+        name="generated", model_type="gpt_oss", architectures=("GptOssForCausalLM",), hidden_size=4096,
+        num_hidden_layers=1, num_attention_heads=max(heads, 1), num_key_value_heads=heads, head_dim=head_dim,
+        v_head_dim=v_head_dim, vocab_size=32000, intermediate_size=11008, max_position_embeddings=c.context_len,
+        dtype="bfloat16", tie_word_embeddings=False, attention="mha", layer_types=(spec_mod.FULL,),
+        ffn_types=("dense",))
+
+
+def kvscope_swa(version: str, c: SWACase):
+    v = args_mod.parse_version(version)
+    full, _ = memory._per_layer_bytes(_mha_spec(c, c.total_num_kv_heads, c.head_dim, c.v_head_dim), v,
+                                      c.attn_tp_size, c.kv_bytes, "auto")
+    swa, _ = memory._per_layer_bytes(_mha_spec(c, c.swa_num_kv_heads or c.total_num_kv_heads, c.swa_head_dim,
+                                               c.swa_v_head_dim), v, c.attn_tp_size, c.kv_bytes, "auto")
+    p = memory.hybrid_swa_pools(
+        v, available_bytes=c.available_bytes, full_layer_bytes=full, num_full_layers=c.layer_kinds.count("F"),
+        swa_layer_bytes=swa, num_swa_layers=c.layer_kinds.count("S"), page_size=c.page_size,
+        ratio=c.swa_full_tokens_ratio, max_total_tokens=c.max_total_tokens, sliding_window=c.sliding_window,
+        llama4_chunk_ratio=c.llama4_chunk / c.context_len if c.llama4_chunk else None,
+        mem_fraction_static=c.mem_fraction_static)
+    if p.error is not None:
+        return None, None, None, p.error
+    return p.max_total_num_tokens, p.full_tokens, p.swa_tokens, None
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_hybrid_swa_split(version, multiplier):
+    if _vtuple(version) < (0, 5):
+        pytest.skip("sglang 0.4.6.post5 has no hybrid SWA pool")
+    require_source("sglang", version, swa_members(version))
+    engine = SGLangPools(version)
+    n = N_SWA * multiplier
+    bad = []
+    for rng in cases.rngs(seed=79, n=n):
+        c = gen_swa(rng, version)
+        t = engine.swa(c)
+        theirs = (t.max_total_num_tokens, t.full_tokens, t.swa_tokens, t.error)
+        ours = kvscope_swa(version, c)
+        if ours != theirs:
+            bad.append((c, ours, theirs))
+    count_cases("sglang", version, "hybrid SWA split: full/swa pool tokens (+ratio, page, cap, all-SWA, "
+                "Llama-4 0.5.6, validate_swa_pool_size)", n)
+    assert not bad, (f"sglang {version}: {len(bad)}/{n} differ (max_total, full, swa, error); first: "
+                     + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))

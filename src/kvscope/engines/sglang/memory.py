@@ -407,21 +407,98 @@ def apply_token_constraints(tokens: int, page_size: int, max_total_tokens: int |
 
 
 def swa_split(v: Version, rest_bytes: int, cell: CellSize, page_size: int, ratio: float) -> tuple[int, int]:
-    """Hybrid SWA pools (full_layer_tokens, swa_layer_tokens).
+    """Hybrid SWA pools (full_layer_tokens, swa_layer_tokens) from the budget, current code
+    (``HybridSWAPoolConfigurator`` @ v0.5.13 … v0.5.23): see :func:`hybrid_swa_pools`."""
+    p = hybrid_swa_pools(v if at_least(v, "0.5.11") else Version("0.5.11"), available_bytes=rest_bytes,
+                         full_layer_bytes=cell.full_layer_bytes, num_full_layers=cell.num_full_layers,
+                         swa_layer_bytes=cell.swa_layer_bytes or cell.full_layer_bytes,
+                         num_swa_layers=cell.num_swa_layers, page_size=page_size, ratio=ratio,
+                         draft_bytes=cell.draft_bytes)
+    return p.full_tokens, p.swa_tokens
 
-    v0.5.23 ``HybridSWAPoolConfigurator``: max_total = bytes // (F n_full + r S n_swa);
-    full = max_total // page * page; swa = int(full * r) // page * page.
+
+@dataclass(frozen=True)
+class SWAPools:
+    max_total_num_tokens: int  # = full_tokens (all-SWA: swa_tokens)
+    full_tokens: int
+    swa_tokens: int
+    error: str | None = None
+
+
+def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int, num_full_layers: int,
+                     swa_layer_bytes: int, num_swa_layers: int, page_size: int, ratio: float,
+                     max_total_tokens: int | None = None, sliding_window: int | None = None,
+                     llama4_chunk_ratio: float | None = None, draft_bytes: int = 0,
+                     mem_fraction_static: float = 0.0) -> SWAPools:
+    """The hybrid sliding-window split, per release. F/S = bytes per token per full/SWA layer,
+    r = ``--swa-full-tokens-ratio``; ``available_bytes`` = the profile's ``int(rest × 2^30)``.
+
+    * <0.5.9 (model_runner.py ``set_num_token_hybrid`` @ v0.5.6 l.1526): the profile divides by the
+      plain cell F·(n_full+n_swa); after the cap and page rounding, T·L layer-tokens are re-split by
+      *layer count*: ``full = int(T L / (r n_swa + n_full))``, ``swa = int(full r)``, no page rounding.
+      Llama 4 (``llama4_chunk_ratio`` = attention_chunk_size / context_len = t):
+      ``swa = 4 T t // (3t+1)``, ``full = 4T − 12 T t // (3t+1)``, both page-rounded.
+    * 0.5.9 (mixin ``set_num_tokens_hybrid_swa`` @ v0.5.9 l.251): profile cell F n_full + S n_swa; after
+      cap and page rounding ``full = int(T (F nf + S ns) / (F nf + r S ns))``, ``swa = int(full r)``
+      (from the *unrounded* full), then both page-rounded.
+    * 0.5.10 (mixin ``_resolve_hybrid_swa_tokens``): as 0.5.9, swa from the page-rounded full.
+    * 0.5.11+ (pool_configurator.py ``HybridSWAPoolConfigurator`` @ v0.5.13 l.196, @ v0.5.23 l.656):
+      ``max_total = int(bytes // (F nf + r S ns [+ draft]))``; ``full = max_total // page · page``;
+      ``swa = int(full r) // page · page``; a ``--max-total-tokens`` cap re-solves from the capped full.
+      All-SWA models: ``swa = int(bytes // (S ns)) // page · page``. From 0.5.18 (inline; a method @ v0.5.23)
+      ``validate_swa_pool_size`` raises when ``sliding_window + page >= swa``.
     """
-    f = cell.full_layer_bytes * cell.num_full_layers
-    s = cell.swa_layer_bytes * cell.num_swa_layers
-    if cell.num_full_layers == 0:  # all-SWA
-        swa = round_to_page(rest_bytes // s, page_size)
-        return swa, swa
-    denom = f + ratio * s + cell.draft_bytes
-    total = int(rest_bytes // denom)
-    full = round_to_page(total, page_size)
-    swa = round_to_page(int(full * ratio), page_size)
-    return full, swa
+    F, nf, S, ns = full_layer_bytes, num_full_layers, swa_layer_bytes, num_swa_layers
+
+    def align(x: float) -> int:
+        return int(x // page_size * page_size)
+
+    if not at_least(v, "0.5.11"):
+        profile_cell = F * (nf + ns) if not at_least(v, "0.5.9") else F * nf + S * ns
+        tokens = available_bytes // profile_cell
+        tokens, _ = apply_token_constraints(tokens, page_size, max_total_tokens)
+        if not at_least(v, "0.5.9"):
+            if llama4_chunk_ratio is not None:
+                t = llama4_chunk_ratio
+                swa = align(4 * tokens * t // (3 * t + 1))
+                full = align(4 * tokens - 12 * tokens * t // (3 * t + 1))
+            else:
+                full = int(tokens * (nf + ns) / (ratio * ns + nf))
+                swa = int(full * ratio)
+        elif nf == 0:
+            swa = round_to_page(tokens, page_size)
+            return SWAPools(swa, 0, swa, None if swa > 0 else runtime_error_text(v, mem_fraction_static))
+        else:
+            total = tokens * (F * nf + S * ns)
+            full_raw = int(total / (F * nf + ratio * S * ns))
+            if at_least(v, "0.5.10"):
+                full = round_to_page(full_raw, page_size)
+                swa = round_to_page(int(full * ratio), page_size)
+            else:
+                full = round_to_page(full_raw, page_size)
+                swa = round_to_page(int(full_raw * ratio), page_size)
+        return SWAPools(full, full, swa, None if full > 0 else runtime_error_text(v, mem_fraction_static))
+
+    def solve(max_total: int) -> SWAPools:
+        if nf == 0:
+            swa_ = round_to_page(max_total, page_size)
+            return SWAPools(swa_, 0, swa_, None if swa_ > 0 else runtime_error_text(v, mem_fraction_static))
+        full_ = round_to_page(max_total, page_size)
+        swa_ = round_to_page(int(full_ * ratio), page_size)
+        if at_least(v, "0.5.18") and sliding_window is not None and sliding_window + page_size >= swa_:
+            return SWAPools(full_, full_, swa_, (
+                f"ValueError: SWA pool ({swa_} tokens) cannot hold even one request: the prefill admission "
+                f"floor is sliding_window_size ({sliding_window}) + page_size ({page_size}). Increase "
+                f"--swa-full-tokens-ratio or the total KV budget."))
+        return SWAPools(full_, full_, swa_, None if full_ > 0 else runtime_error_text(v, mem_fraction_static))
+
+    cell = S * ns if nf == 0 else F * nf + ratio * S * ns + draft_bytes
+    first = solve(int(available_bytes // cell))
+    if first.error is not None:
+        return first
+    if max_total_tokens is not None and max_total_tokens < first.max_total_num_tokens:
+        return solve(max_total_tokens)
+    return first
 
 
 def _attn_dp_requested(v: Version, max_running_requests: int, attn_dp_size: int) -> int:

@@ -202,14 +202,16 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                         f"{profiled}. Use the profiled value instead." if a.max_total_tokens > profiled else
                         f"--max-total-tokens {a.max_total_tokens} caps the pool below the profiled {profiled}")
     swa_tokens = None
-    if error is None and swa_pool:
-        if at_least(v, "0.5.14"):
-            swa_tokens = mem.round_to_page(int(tokens * 0.8), page)
-        else:  # v0.5.9 set_num_tokens_hybrid_swa: total_mem = T * (F n_full + S n_swa) re-split by r = 0.8
-            f = cell.full_layer_bytes * cell.num_full_layers
-            s = cell.swa_layer_bytes * cell.num_swa_layers
-            full = int(tokens * (f + s) / (f + 0.8 * s))
-            tokens, swa_tokens = mem.round_to_page(full, page), mem.round_to_page(int(full * 0.8), page)
+    if error is None and swa_pool:  # per-release split incl. cap and validate (memory.hybrid_swa_pools)
+        llama4 = ("Llama4ForConditionalGeneration" in spec.architectures and spec.sliding_window
+                  and not at_least(v, "0.5.9"))
+        sw = mem.hybrid_swa_pools(
+            v, available_bytes=prof.rest_memory_bytes, full_layer_bytes=cell.full_layer_bytes,
+            num_full_layers=cell.num_full_layers, swa_layer_bytes=cell.swa_layer_bytes or cell.full_layer_bytes,
+            num_swa_layers=cell.num_swa_layers, page_size=page, ratio=0.8, max_total_tokens=a.max_total_tokens,
+            sliding_window=spec.sliding_window, draft_bytes=cell.draft_bytes, mem_fraction_static=mfs,
+            llama4_chunk_ratio=spec.sliding_window / context_len if llama4 else None)
+        tokens, swa_tokens, error = sw.max_total_num_tokens, sw.swa_tokens, sw.error
     if error is None and tokens <= 0:
         error = mem.runtime_error_text(v, mfs)
     starts = error is None
