@@ -735,7 +735,17 @@ def _evaluate(r: FitRequest, cands: Sequence[Candidate], counter: _Counter) -> t
     bad: list[Rejection] = []
     ev = _eval_sglang if r.engine == "sglang" else _eval_vllm
     for c in cands:
-        res = ev(r, c, counter)
+        if c.pp > r.spec.num_hidden_layers:  # plan_vllm has no check (a stage without layers); SGLang raises
+            res: FitOption | Rejection = Rejection(
+                c, f"pp_size {c.pp} exceeds num_hidden_layers {r.spec.num_hidden_layers}")
+        else:
+            try:
+                res = ev(r, c, counter)
+            except KvscopeError as exc:  # raised inside the search (the first plan call is caught in ev)
+                res = Rejection(c, str(exc))
+            except ArithmeticError as exc:  # a simulation bug must not hide the other candidates
+                res = Rejection(c, f"kvscope plan failed on this layout ({type(exc).__name__}: {exc}); "
+                                   f"please report it")
         (ok if isinstance(res, FitOption) else bad).append(res)
     ok.sort(key=lambda o: (o.candidate.num_gpus, o.candidate.kv_quantized, -o.headroom, o.candidate.pp,
                            o.candidate.dp, o.candidate.tp))
