@@ -670,6 +670,12 @@ def analyze_vllm(log: Any, version: str | None, spec_range: str) -> Analysis:  #
                    f"this vLLM derives 'GPU KV cache size: {int(tokens):,} tokens' as int(max_concurrency × max_model_len); "
                    "for hybrid models (sliding window, mamba, compressed MLA) the physical pool can hold more "
                    "(vllm-project/vllm#51041)", [log.kv_cache_tokens.evidence if log.kv_cache_tokens else None], None)
+        elif int(tokens) % block and not log.block_size and not flags.get("block_size"):
+            an.add(HYBRID_TOKEN_COUNT, INFO,
+                   f"'GPU KV cache size: {int(tokens):,} tokens' is not a multiple of the block size {block}: this vLLM "
+                   "derived it as int(max_concurrency × max_model_len) (a hybrid layout: sliding window, mamba/linear "
+                   "attention); the physical pool can hold more (vllm-project/vllm#51041)",
+                   [log.kv_cache_tokens.evidence if log.kv_cache_tokens else None], None)
         elif not uniform:
             an.add(HYBRID_TOKEN_COUNT, INFO,
                    f"tokens / max_model_len = {r} but vLLM printed concurrency {conc}x: a non-uniform (hybrid) KV layout, "

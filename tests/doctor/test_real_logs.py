@@ -137,6 +137,26 @@ EXPECT: dict[str, dict] = {
     "vllm-pytorch175666-free-memory-cuda1": dict(
         engine="vllm", starts=False, codes=["free-memory-below-utilization"], error="cuda:1 (19.77/22.05 GiB)",
         fix=[("gpu_memory_utilization", 0.88)], extra={"failed_at": "init"}),
+    "vllm-12569-v1-070-llama70b-w8a8": dict(
+        engine="vllm", starts=True, tokens=1381 * 16, weights_gib=67.7229, codes=[], version_range="<0.11.0",
+        model="neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", checks={"maximum concurrency": 10.79},
+        extra={"num_gpu_blocks": 1381, "max_model_len": 2048, "gpu_memory_utilization": 0.98, "max_concurrency": 10.79}),
+    "vllm-gaie550-k8s-v0-profile": dict(
+        engine="vllm", starts=True, tokens=7191 * 16, kv_gib=56.18, weights_gib=12.55, codes=[], version_range="<0.11.0",
+        checks={"worker KV cache memory (profiling summary)": 56.18, "worker requested memory": 71.27},
+        extra={"num_gpu_blocks": 7191, "gpu_memory_utilization": 0.9}),
+    "vllm-29335-v1-tinyllama-class": dict(
+        engine="vllm", starts=True, tokens=1587648, kv_gib=33.31, weights_gib=2.0513, codes=[],
+        version_range="<0.28.0,>0.11.0", checks={"maximum concurrency": 775.22},
+        extra={"max_model_len": 2048, "max_concurrency": 775.22}),
+    "vllm-winbuild4-cuda-graph-pool": dict(
+        engine="vllm", starts=True, tokens=396928, codes=[], version_range="<0.28.0",
+        checks={"maximum concurrency": 3.03}, extra={"max_model_len": 131072, "max_concurrency": 3.03},
+        decision={"cuda_graph_bytes": gib(0.11)}),
+    "vllm-club3090-612-v0240-out-of-order": dict(
+        engine="vllm", starts=True, tokens=567978, kv_gib=5.98, mrr=1, codes=["kv-tokens-from-concurrency"],
+        version_range="<0.28.0", checks={"maximum concurrency": 4.33},
+        extra={"max_model_len": 131072, "max_concurrency": 4.33}),
 }
 
 
@@ -279,6 +299,12 @@ def test_vllm_model_from_the_load_line_and_caret_colours():
     r = report_for("vllm-33155-gptoss120b-h100-0141-caret-ansi")
     assert r.flag_sources["model"] == "'Starting to load model' line"
     assert r.stats.unparsed == 0 and r.timeline.ranks[0].decision["weights_bytes"] == gib(64.38)
+
+
+def test_vllm_out_of_order_paste_is_not_a_restart():
+    r = report_for("vllm-club3090-612-v0240-out-of-order")
+    assert r.flags["kv_cache_dtype"] == "fp8" and r.flag_sources["max_model_len"] == "non-default args"
+    assert "multiple-starts" not in codes(r) and r.timeline.kv_cache_tokens == 567978
 
 
 def test_vllm_v0_blocks_without_the_hash():

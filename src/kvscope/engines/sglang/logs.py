@@ -315,6 +315,8 @@ class SglangLogParser:
     def __init__(self) -> None:
         self.log = SglangLog()
         self._saw_figures = False
+        self._ts: str | None = None  # "YYYY-MM-DD HH:MM:SS" of the line being read
+        self._figures_ts: str | None = None  # the latest timestamp read since the figures began
 
     # -- helpers -------------------------------------------------------------------------
     def _rank(self, line: str, msg_start: int) -> SglangRank:
@@ -339,12 +341,17 @@ class SglangLogParser:
         if len(lst) < MAX_EVENTS_PER_KIND:
             lst.append(Event(kind, values, ev))
 
-    def _restart(self) -> None:
-        """A new ServerArgs / launch line after figures: the server restarted; keep the last start."""
+    def _restart(self) -> bool:
+        """A new ServerArgs / launch line after figures: the server restarted; keep the last start.
+        Not when the line is older than the figures already read (a paste out of order): False then."""
+        if self._ts is not None and self._figures_ts is not None and self._ts < self._figures_ts:
+            return False
+        self._figures_ts = None
         starts = self.log.starts_seen
         matched = self.log.matched_lines
         self.log = SglangLog(starts_seen=starts, matched_lines=matched)
         self._saw_figures = False
+        return True
 
     # -- the grammar ---------------------------------------------------------------------
     def feed(self, lineno: int, raw: str) -> bool:
@@ -356,8 +363,12 @@ class SglangLogParser:
         t = TRIGGER_RE.search(line)
         if t is None:
             return False
+        ts = PREFIX_RE.search(line, 0, t.start() + 1)
+        self._ts = ts.group(1) if ts else None
         if self._dispatch(lineno, line, t.group(0), t.start()):
             self.log.matched_lines += 1
+            if self._saw_figures and self._ts is not None and (self._figures_ts is None or self._ts > self._figures_ts):
+                self._figures_ts = self._ts
             return True
         return False
 
@@ -467,10 +478,10 @@ class SglangLogParser:
             self._event("post_capture_kv_sizing", {}, ev)
             return True
         if key == "server_args=ServerArgs":
-            if self._saw_figures:
-                self._restart()
-                lg = self.log
-            lg.starts_seen += 1
+            new_start = self._restart() if self._saw_figures else True
+            lg = self.log
+            if new_start or lg.starts_seen == 0:
+                lg.starts_seen += 1
             body = line[pos + len("server_args=ServerArgs("):]
             body = body[:-1] if body.rstrip().endswith(")") else body
             lg.server_args = parse_kv_repr(body.rstrip().rstrip(")"))

@@ -46,8 +46,8 @@ TAG_RE = re.compile(r"(TP|DP|PP|EP)(\d+)")
 TRIGGER_RE = re.compile(
     r"Model loading took|Loading model weights took|Memory profiling results|Memory profiling takes|"
     r"the current vLLM instance can use|model weights take|Initial free memory|"
-    r"Available KV cache memory|KV cache size: |Maximum concurrency for|GPU blocks: |num_gpu_blocks is: |"
-    r"EngineCore failed to start|Starting to load model|Cudagraph is disabled|"
+    r"Available KV cache memory|KV cache size: |Maximum concurrency for|(?:GPU|cuda|CUDA|rocm|xpu|npu|hpu) blocks: |num_gpu_blocks is: |"
+    r"EngineCore failed to start|Starting to load model|Cudagraph is disabled|Capturing CUDA graphs \(|"
     r"Estimated CUDA graph memory|Graph capturing finished|CUDA graph pool memory|"
     r"CUDA graph memory profiling is|max seq len|To serve at least one request|"
     r"No available memory for the cache blocks|on startup is less than desired GPU memory utilization|"
@@ -76,7 +76,7 @@ RE_AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + r"\s*GiB")
 RE_KV_TOKENS = re.compile(r"(GPU|XPU|CPU|TPU|NPU|\w+) KV cache size: " + INT + r" tokens")
 RE_CONCURRENCY = re.compile(r"Maximum concurrency for " + INT + r" tokens per request: " + NUM + "x")
 # "# GPU blocks: N, # CPU blocks: M" (V0), "# GPU blocks: N" (V1 ≤0.7); users' copies drop the "# "
-RE_BLOCKS = re.compile(r"(?:# )?GPU blocks: (\d+)(?:, # CPU blocks: (\d+))?")
+RE_BLOCKS = re.compile(r"(?:# )?(?:GPU|cuda|CUDA|rocm|xpu|npu|hpu) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
 RE_FINAL_BLOCKS = re.compile(r"num_gpu_blocks is: (\d+)")
 RE_LOADING_MODEL = re.compile(r"Starting to load model (\S+?)\.{0,3}\s*$")
 RE_CG_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + r"\s*GiB")
@@ -101,6 +101,7 @@ RE_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|HIP out of memory")
 RE_OVERRIDE_BLOCKS = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
 RE_KV_BYTES_FLAG = re.compile(r"reserved " + NUM + r"\s*GiB memory for KV Cache as specified by kv_cache_memory_bytes")
 RE_BLOCK_SIZE = re.compile(r"Setting kv cache block size to (\d+)")
+RE_TIMESTAMP = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG|WARN|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)")
 
 FLAG_ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
                 "model_tag": "model"}
@@ -213,6 +214,8 @@ class VllmLogParser:
         self.log = VllmLog()
         self._last_worker: VllmWorker | None = None
         self._saw_figures = False
+        self._ts: str | None = None  # "MM-DD HH:MM:SS" of the line being read (same-year logs compare as text)
+        self._figures_ts: str | None = None  # the latest timestamp of a line read since the figures began
 
     def _worker(self, line: str, msg_start: int) -> VllmWorker:
         m = PREFIX_RE.search(line, 0, max(msg_start, 0) + 1)
@@ -249,12 +252,17 @@ class VllmLogParser:
         if len(lst) < MAX_EVENTS_PER_KIND:
             lst.append(Event(kind, values, ev))
 
-    def _restart_if_needed(self) -> None:
+    def _restart_if_needed(self) -> bool:
+        """True when this start line begins a new start (the figures so far belonged to an earlier one)."""
         if self._saw_figures:
+            if self._ts is not None and self._figures_ts is not None and self._ts < self._figures_ts:
+                return False  # printed before the figures already read: a paste out of order, not a new start
             starts, matched = self.log.starts_seen, self.log.matched_lines
             self.log = VllmLog(starts_seen=starts, matched_lines=matched)
             self._last_worker = None
             self._saw_figures = False
+            self._figures_ts = None
+        return True
 
     def feed(self, lineno: int, raw: str) -> bool:
         if TRIGGER_RE.search(raw) is None:
@@ -263,8 +271,12 @@ class VllmLogParser:
         t = TRIGGER_RE.search(line)
         if t is None:
             return False
+        ts = RE_TIMESTAMP.search(line, 0, t.start() + 1)
+        self._ts = ts.group(1) if ts else None
         if self._dispatch(lineno, line, t.group(0), t.start()):
             self.log.matched_lines += 1
+            if self._saw_figures and self._ts is not None and (self._figures_ts is None or self._ts > self._figures_ts):
+                self._figures_ts = self._ts
             return True
         return False
 
@@ -312,7 +324,7 @@ class VllmLogParser:
             lg.max_model_len_printed = _int(m.group(1))
             lg.max_concurrency = Figure(float(m.group(2)), ev)
             return True
-        if key == "GPU blocks: ":
+        if key.endswith(" blocks: "):
             m = RE_BLOCKS.search(line)
             if not m:
                 return False
@@ -334,6 +346,10 @@ class VllmLogParser:
             m = RE_LOADING_MODEL.search(line)
             if m:
                 lg.loading_model = m.group(1)
+            return True
+        if key == "Capturing CUDA graphs (":
+            m = re.search(r"Capturing CUDA graphs \(([^)]*)\)", line)
+            self._event("cuda_graph_capture", {"mode": m.group(1) if m else ""}, ev)
             return True
         if key == "Cudagraph is disabled":
             self._event("cudagraph_disabled", {}, ev)
@@ -461,8 +477,8 @@ class VllmLogParser:
             m = RE_NON_DEFAULT.search(line)
             if not m:
                 return False
-            self._restart_if_needed()
-            self.log.starts_seen += 1
+            if self._restart_if_needed() or self.log.starts_seen == 0:
+                self.log.starts_seen += 1
             self.log.non_default_args = parse_dict_repr(m.group(1))
             self.log.non_default_evidence = ev
             return True
