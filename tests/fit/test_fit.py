@@ -310,7 +310,8 @@ def test_text_report_shows_command_and_rejections():
     text = render_fit(res)
     assert f"best: {res.best.candidate.label} on 4 GPU(s)" in text
     assert res.best.command in text and res.best.plan_command in text
-    assert "rejected:\n  TP1: weights 131.4 GiB" in text
+    assert "rejected:\n  TP1, TP1 DP2, TP1 DP4, TP1 DP8, TP1 fp8_e4m3 KV, " in text  # one line per reason
+    assert "fp8_e4m3 KV: weights 131.4 GiB per rank leave no KV budget" in text
     assert "est. (pre_model_load_memory, weights)" in text
 
 

@@ -77,8 +77,11 @@ def render_fit(res: FitResult, *, show_all: bool = False) -> str:
         lines.append("")
     if res.rejected:
         lines.append("rejected:")
+        by_reason: dict[str, list[str]] = {}  # layouts refused for the same reason share one line
         for r in res.rejected:
-            lines.append(f"  {r.line()}")
+            by_reason.setdefault(r.reason, []).append(r.candidate.label)
+        for reason, labels in by_reason.items():
+            lines.append(f"  {', '.join(labels)}: {reason}")
     if res.options and res.options[0].warnings:
         if res.rejected:
             lines.append("")
