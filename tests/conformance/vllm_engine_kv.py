@@ -351,6 +351,17 @@ class VllmKV:
             return calc.gated_delta_net_state_shape(c.tp, m.a, m.b, m.c, m.d, m.conv_kernel, *spec)
         return calc.mamba2_state_shape(c.tp, m.b * m.c, m.a, m.b, m.c, m.d, m.conv_kernel, *spec)
 
+    def hybrid_pages(self, c: KVCase) -> Tuple[int, int]:
+        """(attention page, unpadded mamba page) of a hybrid case at its block size."""
+        I = self.iface
+        kw: Dict[str, Any] = dict(block_size=c.block_size, num_kv_heads=self.num_kv_heads(c),
+                                  head_size=c.head_size, dtype=DTYPES[c.dtype_bytes])
+        if self.v < (0, 11):
+            kw["use_mla"] = False
+        return (I.FullAttentionSpec(**kw).page_size_bytes,
+                I.MambaSpec(block_size=1, shapes=self.mamba_shapes(c),
+                            dtypes=(DTYPES[c.mamba_dtype_bytes],) * 2).page_size_bytes)
+
     def hybrid_inputs(self, c: KVCase, alignment: int) -> Tuple[int, Optional[int]]:
         """Config-time inputs of a hybrid attention+mamba case: (attention block size, mamba
         page padded), by the arithmetic of ``HybridAttentionMambaModelConfig`` (models/config.py
@@ -493,16 +504,23 @@ class VllmKV:
                     glob = P.get_global_kv_cache_groups(cfg, workers)
                 else:
                     glob = P.get_kv_cache_groups(cfg, merged)
+                override = c.num_gpu_blocks_override
                 for w, a in zip(workers, c.available):
                     groups = P._project_kv_cache_groups_to_worker(glob, w)
                     if not w:
                         continue
                     if self.v >= (0, 33):
+                        per_block = P._pool_bytes_per_block_from_builder(builder, cfg, groups)
+                        if override is not None:  # folded into the available memory
+                            a = override * per_block
                         # the check runs on available - one block (the null block, v0.30+)
-                        a -= P._pool_bytes_per_block_from_builder(builder, cfg, groups)
+                        a -= per_block
                         needed.append(P._max_memory_usage_bytes_from_groups(builder, cfg, groups))
                         est.append(P._estimate_max_model_len_from_groups(builder, cfg, groups, a))
                     else:
+                        if override is not None and hasattr(P, "_pool_bytes_per_block"):  # 0.20.2+
+                            a = override * (P._pool_bytes_per_block(cfg, groups) if self.v >= (0, 26)
+                                            else P._pool_bytes_per_block(groups))
                         needed.append(P._max_memory_usage_bytes_from_groups(cfg, groups))
                         est.append(P._estimate_max_model_len_from_groups(cfg, groups, a))
         except (ValueError, NotImplementedError):

@@ -311,7 +311,7 @@ def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) ->
         raise FlagError(f"vLLM {traits.version} cannot group layers whose KV page sizes differ "
                         "(get_kv_cache_groups raises NotImplementedError)", field="--block-size",
                         fix="use vLLM >= 0.19 for this layer mix")
-    specs = _unify_page_size(specs)
+    specs = _unify_page_size(specs, traits)
     buckets: dict[KVCacheSpec, list[int]] = {}
     for i in ids:
         buckets.setdefault(specs[i], []).append(i)
@@ -341,8 +341,18 @@ _V010_SPEC_CLASS = {FULL_ATTN: "FullAttentionSpec", MLA_ATTN: "FullAttentionSpec
                     MAMBA_STATE: "MambaSpec"}
 
 
-def _unify_page_size(specs: dict[int, KVCacheSpec]) -> dict[int, KVCacheSpec]:
-    """``unify_kv_cache_spec_page_size`` (kv_cache_utils.py @ v0.19.0)."""
+def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> dict[int, KVCacheSpec]:
+    """``unify_kv_cache_spec_page_size``: every page grows to the largest one.
+
+    * a smaller page that divides the largest: block size x ratio (v0.19.0+);
+    * a smaller mamba page: padded to the largest, block size kept (v0.26.0+, absent in
+      v0.20.2; before, scaling its block size trips ``assert new_spec.page_size_bytes ==
+      max_page_size``);
+    * a smaller non-MLA attention page that does not divide: padded (``page_size_padded``,
+      kv_cache_planning.py @ v0.33.0); v0.26/v0.28 pad only when the backend sets
+      ``indexes_kv_by_block_stride`` (spec default False, kv_cache_utils.py @ v0.26.0 / v0.28.0);
+    * otherwise ``NotImplementedError``, whose text changed at v0.26 and v0.33.
+    """
     pages = {s.page_size_bytes for s in specs.values()}
     if len(pages) <= 1:
         return specs
@@ -351,14 +361,35 @@ def _unify_page_size(specs: dict[int, KVCacheSpec]) -> dict[int, KVCacheSpec]:
     for i, s in specs.items():
         if s.page_size_bytes == top:
             out[i] = s
-            continue
-        if top % s.page_size_bytes:
-            raise FlagError("The page size of the layer is not divisible by the maximum page size. "
-                            "Cannot unify by adjusting block_size.", field="--block-size",
+        elif s.kind == MAMBA_STATE and _at_least(traits, "0.26"):
+            out[i] = replace(s, page_size_bytes=top)
+        elif top % s.page_size_bytes == 0:
+            if s.kind == MAMBA_STATE:
+                raise FlagError(f"vLLM {traits.version} cannot pad a mamba page ({s.page_size_bytes} B) to the "
+                                f"attention page ({top} B) here (AssertionError in "
+                                "unify_kv_cache_spec_page_size)", field="--block-size",
+                                fix="let vLLM choose the attention block size for this hybrid model")
+            out[i] = replace(s, block_size=s.block_size * (top // s.page_size_bytes), page_size_bytes=top)
+        elif _at_least(traits, "0.33") and s.kind in (FULL_ATTN, SLIDING_WINDOW, CHUNKED_LOCAL):
+            out[i] = replace(s, page_size_bytes=top)
+        else:
+            raise FlagError(unify_page_size_error(i, traits), field="--block-size",
                             fix="vLLM raises NotImplementedError for this layer mix")
-        ratio = top // s.page_size_bytes
-        out[i] = replace(s, block_size=s.block_size * ratio, page_size_bytes=top)
     return out
+
+
+def unify_page_size_error(layer: int, traits: VersionTraits) -> str:
+    """The ``NotImplementedError`` of ``unify_kv_cache_spec_page_size`` (kv_cache_utils.py
+    @ v0.19.0 / v0.26.0, kv_cache_planning.py @ v0.33.0). vLLM names the layer by its module
+    path (``model.layers.3.self_attn.attn``); kvscope gives the decoder layer index."""
+    if not _at_least(traits, "0.26"):
+        return ("The page size of the layer is not divisible by the maximum page size. "
+                "Cannot unify by adjusting block_size.")
+    tail = ("non-MLA attention layers." if _at_least(traits, "0.33") else
+            "attention layers whose backend indexes KV pages by the block stride "
+            "(indexes_kv_by_block_stride is True).")
+    return (f"Layer {layer}: page size is not divisible by the maximum page size and cannot be "
+            f"padded. Padding is only supported for {tail}")
 
 
 def project_to_worker(groups: Sequence[KVCacheGroup], worker_layers: set[int]) -> tuple[KVCacheGroup, ...]:
