@@ -54,8 +54,10 @@ def phases(report, rank: int) -> dict:
 # checks: recomputations that must agree (name -> recomputed value or None for "any").
 EXPECT: dict[str, dict] = {
     "sglang-pr11716-tp8": dict(
-        engine="sglang", starts=True, tokens=2795207, kv_gib=53.31 + 53.31, codes=[], version_range="<0.5.14",
-        pool_end={1: 11.87, 3: 11.87, 5: 11.87, 6: 11.87}, graph_begin={0: 11.82, 2: 11.78, 7: 12.01}),
+        engine="sglang", starts=True, tokens=2795207, kv_gib=53.31 + 53.31, codes=[], version_range="<0.5.14,<0.5.9",
+        pool_end={1: 11.87, 3: 11.87, 5: 11.87, 6: 11.87}, graph_begin={0: 11.82, 2: 11.78, 7: 12.01},
+        init={0: 137.34, 1: 137.29, 7: 137.52}, decision={"init_mem_usage_bytes": gib(1.96), "cuda_graph_bs_max": 512},
+        extra={"pre_model_load_memory_bytes": gib(137.29)}),
     "sglang-pr22537-qwen3-b200-tp4": dict(
         engine="sglang", starts=True, tokens=2206208, kv_gib=67.33 + 67.33, weights_gib=15.50, codes=["effective-fraction"],
         version_range="<0.5.14,>0.5.9", post={0: 160.78}, pool_end={0: 25.40, 1: 25.37, 2: 25.37, 3: 25.52},
@@ -137,6 +139,9 @@ EXPECT: dict[str, dict] = {
     "vllm-pytorch175666-free-memory-cuda1": dict(
         engine="vllm", starts=False, codes=["free-memory-below-utilization"], error="cuda:1 (19.77/22.05 GiB)",
         fix=[("gpu_memory_utilization", 0.88)], extra={"failed_at": "init"}),
+    "vllm-13061-v0-r1-distill-14b-2x4090": dict(
+        engine="vllm", starts=False, tokens=None, weights_gib=13.9476, codes=["kv-sizing-failed"], version_range="<0.11.0",
+        error="(81536)", fix=[("max_model_len", 81536)], message="max_model_len 131,072 needs more than the 81,536 tokens"),
     "vllm-12569-v1-070-llama70b-w8a8": dict(
         engine="vllm", starts=True, tokens=1381 * 16, weights_gib=67.7229, codes=[], version_range="<0.11.0",
         model="neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", checks={"maximum concurrency": 10.79},
@@ -216,6 +221,8 @@ def test_figures_recovered_exactly(case_id):
         ph = phases(r, rank)
         end = ph.get("req_to_token_pool", ph.get("kv_cache"))
         assert end[1] == gib(value), (rank, ph)
+    for rank, value in exp.get("init", {}).items():
+        assert phases(r, rank)["init"][1] == gib(value)
     for rank, value in exp.get("graph_begin", {}).items():
         assert phases(r, rank)["cuda_graph"][0] == gib(value)
     if "traceback_lines" in exp:
@@ -275,6 +282,9 @@ def test_every_printed_number_comes_from_the_log_text(case_id):
     ("sglang-pr22537-qwen3-b200-tp4", "Qwen/Qwen3-32B", {"tp_size": 4}, 65536, 134.66),
     # Qwen3-30B-A3B TP2: 48 × 2 heads/rank × 256 × 2 B = 49,152 B; (1,106,304 + 1) × 49,152 B = 50.64 GiB
     ("sglang-pr27537-musa-tp2", "Qwen/Qwen3-30B-A3B-FP8", {"tp_size": 2}, 49152, 50.64),
+    # the model is not named; the figures fit Llama-3.1-70B at TP8 (1 KV head/rank): 80 × 256 × 2 B = 40,960 B;
+    # (2,795,207 + 1) × 40,960 B = 106.62 GiB
+    ("sglang-pr11716-tp8", "meta-llama/Llama-3.1-70B-Instruct", {"tp_size": 8}, 40960, 106.62),
 ])
 def test_sglang_kv_size_from_the_catalog_cell(case_id, model, assume, cell, printed):
     text = (REAL / CASES[case_id]["fixture"]).read_text(encoding="utf-8")

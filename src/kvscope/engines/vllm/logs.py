@@ -47,7 +47,7 @@ TRIGGER_RE = re.compile(
     r"Model loading took|Loading model weights took|Memory profiling results|Memory profiling takes|"
     r"the current vLLM instance can use|model weights take|Initial free memory|"
     r"Available KV cache memory|KV cache size: |Maximum concurrency for|(?:GPU|cuda|CUDA|rocm|xpu|npu|hpu) blocks: |num_gpu_blocks is: |"
-    r"EngineCore failed to start|Starting to load model|Cudagraph is disabled|Capturing CUDA graphs \(|"
+    r"EngineCore failed to start|Starting to load model|Cudagraph is disabled|Capturing CUDA graphs \(|died, exit code|"
     r"Estimated CUDA graph memory|Graph capturing finished|CUDA graph pool memory|"
     r"CUDA graph memory profiling is|max seq len|To serve at least one request|"
     r"No available memory for the cache blocks|on startup is less than desired GPU memory utilization|"
@@ -350,6 +350,9 @@ class VllmLogParser:
         if key == "Capturing CUDA graphs (":
             m = re.search(r"Capturing CUDA graphs \(([^)]*)\)", line)
             self._event("cuda_graph_capture", {"mode": m.group(1) if m else ""}, ev)
+            return True
+        if key == "died, exit code":
+            self._event("worker_died", {}, ev)
             return True
         if key == "Cudagraph is disabled":
             self._event("cudagraph_disabled", {}, ev)
