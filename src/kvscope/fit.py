@@ -714,9 +714,10 @@ def _vllm_reject(r: FitRequest, c: Candidate, per_engine: int, plan_at, k_min: i
     est = " (est.)" if tm.estimated else ""
     per = " per replica" if c.dp > 1 else ""
     if (tm.extra.get("available_kv_cache_bytes") or 0) <= 0:
-        return Rejection(c, f"at --gpu-memory-utilization {umax} (all free memory{est}) weights "
-                            f"{(tm.weights_bytes or 0) / GiB:.1f} GiB per rank + profile peaks leave no KV cache "
-                            f"memory", ratio, umax, tm.kv_cache_tokens)
+        req = tm.ranks[0].decision["requested_memory_bytes"]
+        return Rejection(c, f"weights {(tm.weights_bytes or 0) / GiB:.1f} GiB per rank + profile peaks exceed "
+                            f"{umax} x {req / (k_max * step) / GiB:.1f} GiB = {req / GiB:.1f} GiB, the most vLLM "
+                            f"accepts (free at startup{est})", ratio, umax, tm.kv_cache_tokens)
     if k_min is None or k_min > k_max:
         return Rejection(c, f"at --gpu-memory-utilization {umax} (all free memory{est}): concurrency {conc:.2f} < "
                             f"{per_engine}{per} at --max-model-len {r.context_tokens} "
@@ -728,6 +729,14 @@ def _vllm_reject(r: FitRequest, c: Candidate, per_engine: int, plan_at, k_min: i
 
 # ----------------------------------------------------------------------------------------------
 # The search
+
+
+def _with_fp8_note(r: FitRequest, o: FitOption) -> FitOption:
+    if not o.candidate.kv_quantized or r.gpu.fp8_tflops is not None:
+        return o
+    note = (f"{r.gpu.name} has no native fp8: the KV cache is stored in fp8 and upcast for attention; "
+            "check that your attention backend supports an fp8 KV cache on this GPU")
+    return replace(o, warnings=o.warnings + (note,))
 
 
 def _evaluate(r: FitRequest, cands: Sequence[Candidate], counter: _Counter) -> tuple[list[FitOption], list[Rejection]]:
@@ -746,7 +755,10 @@ def _evaluate(r: FitRequest, cands: Sequence[Candidate], counter: _Counter) -> t
             except ArithmeticError as exc:  # a simulation bug must not hide the other candidates
                 res = Rejection(c, f"kvscope plan failed on this layout ({type(exc).__name__}: {exc}); "
                                    f"please report it")
-        (ok if isinstance(res, FitOption) else bad).append(res)
+        if isinstance(res, FitOption):
+            ok.append(_with_fp8_note(r, res))
+        else:
+            bad.append(res)
     ok.sort(key=lambda o: (o.candidate.num_gpus, o.candidate.kv_quantized, -o.headroom, o.candidate.pp,
                            o.candidate.dp, o.candidate.tp))
     return ok, bad

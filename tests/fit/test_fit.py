@@ -328,3 +328,19 @@ def test_fit_request_replace_keeps_validation():
     r = FitRequest(_spec("meta-llama/Llama-3.1-8B-Instruct"), get_gpu("h100"), 1, 32768, 1)
     with pytest.raises(Exception, match="--concurrency"):
         fit(replace(r, concurrency=0))
+
+
+def test_vllm_weights_rejection_names_the_request():
+    res = _fit("meta-llama/Llama-3.1-70B-Instruct", "h100", 2, 8192, 4, engine="vllm")
+    why = {r.candidate.label: r.reason for r in res.rejected}
+    assert why["TP1"] == ("weights 131.4 GiB per rank + profile peaks exceed 0.99 x 79.2 GiB = 78.4 GiB, the most "
+                          "vLLM accepts (free at startup (est.))")
+    assert {o.candidate.num_gpus for o in res.options} == {2}
+
+
+def test_fp8_kv_on_a_gpu_without_fp8_is_flagged():
+    res = _fit("meta-llama/Llama-3.1-8B-Instruct", "a100", 1, 32768, 16)
+    o = next(o for o in res.options if o.candidate.kv_quantized)
+    assert any("has no native fp8" in w for w in o.warnings)
+    h = _fit("meta-llama/Llama-3.1-8B-Instruct", "h100", 1, 32768, 8)
+    assert not any("native fp8" in w for o in h.options for w in o.warnings)
