@@ -344,3 +344,18 @@ def test_fp8_kv_on_a_gpu_without_fp8_is_flagged():
     assert any("has no native fp8" in w for w in o.warnings)
     h = _fit("meta-llama/Llama-3.1-8B-Instruct", "h100", 1, 32768, 8)
     assert not any("native fp8" in w for o in h.options for w in o.warnings)
+
+
+def test_cli_aliases_and_fixed_vllm_setting(capsys):
+    assert main(["fit", "--model", "Qwen/Qwen3-8B", "--gpu", "h100", "--gpus", "1", "--context", "16384",
+                 "--concurrency", "8", "--engine", "vllm", "--version", "0.19.0", "--set", "block_size=32",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    best = d["options"][0]
+    assert d["engine_version"] == "0.19.0" and best["flags"]["--block-size"] == 32
+    assert "--engine-version 0.19.0" in best["plan_command"] and "--block-size 32" in best["command"]
+    assert main(shlex.split(best["plan_command"])[1:] + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kv_cache_tokens"] == best["kv_cache_tokens"]
+    assert main(["fit", "Qwen/Qwen3-8B", "--model", "Qwen/Qwen3-32B", "--gpu", "h100", "--context", "8192",
+                 "--concurrency", "1"]) == 2
+    assert "two models given" in capsys.readouterr().err
