@@ -119,3 +119,8 @@ def test_cli_json_contract(capsys):
 def test_flag_errors_are_typed():
     with pytest.raises(FlagError):
         plan_vllm(spec_of(LLAMA), get_gpu("h100-sxm"), VllmFlags(tensor_parallel_size=0))
+
+
+def test_pipeline_deeper_than_the_model_is_a_flag_error():
+    from kvscope.cli import main as cli_main
+    assert cli_main(["plan", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100", "--engine", "vllm", "--pp", "64"]) == 2

@@ -77,6 +77,11 @@ def plan_vllm(spec: ModelSpec, gpu: GPU, flags: VllmFlags, version: str | None =
     """Simulate one vLLM start (per DP engine; DP ranks are separate engines with the same numbers)."""
     measured = measured or VllmMeasured()
     traits = version_traits(version)
+    pp = flags.pipeline_parallel_size or 1
+    if pp > spec.num_hidden_layers:
+        raise FlagError(f"pipeline_parallel_size {pp} exceeds num_hidden_layers {spec.num_hidden_layers}: a "
+                        "stage would hold no layer", field="--pipeline-parallel-size",
+                        fix=f"use at most {spec.num_hidden_layers} stages")
     a = resolve_args(flags, traits=traits, model_max_len=spec.max_position_embeddings,
                      gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name, is_mla=spec.is_mla,
                      is_hybrid_mamba=spec.mamba is not None and spec.num_kv_layers > 0,
