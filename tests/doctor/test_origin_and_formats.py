@@ -125,7 +125,7 @@ def test_cli_text_json_stdin_and_exit_codes(tmp_path, capsys, monkeypatch, origi
     log.write_text(origin_log)
     assert main(["doctor", str(log)]) == 1  # an error-level finding
     out = capsys.readouterr().out
-    assert "effective-fraction-mismatch" in out and "rank 7 [TP7]" in out
+    assert "effective-fraction-mismatch" in out and "ranks 0-7 [TP0-7 identical]" in out  # identical ranks collapsed
     assert main(["doctor", str(log), "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
     assert d["source"] == "log" and d["engine"] == "sglang" and d["kv_cache_tokens"] == 158909

@@ -388,3 +388,11 @@ def test_plan_vllm_gpt_oss_120b_reproduces_the_error():
     assert d["starts"] is False
     assert "(4.54 GiB KV cache is needed, which is larger than the available KV cache memory (1.71 GiB)" in d["error"]
     assert "models's max seq len (131072)" in d["error"]  # 0.11's spelling, as in the log
+
+
+def test_text_collapses_identical_ranks_and_checks():
+    text = render_text(report_for("sglang-pr11716-tp8"))
+    assert "  ranks 1,3,5-6 [TP1,3,5-6 identical]" in text and "  rank 7 [TP7]" in text
+    text = render_text(report_for("sglang-pr29853-grok2-npu-tp16"))
+    assert "TP0-13,15 weights mem usage: printed 35.57" in text and "TP14 weights mem usage: printed 35.51" in text
+    assert "rank 14 [TP14]" in text  # every rank printed slightly different free memory: nothing to collapse

@@ -83,9 +83,13 @@ def render_text(report: Any) -> str:
             out.append(f"         {label}: {x[key]}")
     out.append("")
     out.append("per-rank timeline (GiB free before → after; figures as printed, %.2f GiB)")
-    for r in tl.ranks:
-        label = r.decision.get("rank_label", r.rank)
-        out.append(f"  rank {r.rank} [{label}]")
+    for group in _identical_rank_groups(tl.ranks):
+        r = group[0]
+        if len(group) == 1:
+            out.append(f"  rank {r.rank} [{r.decision.get('rank_label', r.rank)}]")
+        else:
+            out.append(f"  ranks {_rank_span([g.rank for g in group])} "
+                       f"[{_label_span([str(g.decision.get('rank_label', g.rank)) for g in group])} identical]")
         for ph in r.phases:
             used = ph.used_bytes
             out.append(f"    {ph.name:<18} {_gib(ph.free_bytes_before):>8} → {_gib(ph.free_bytes_after):>8}"
@@ -95,8 +99,8 @@ def render_text(report: Any) -> str:
     if report.checks:
         out.append("")
         out.append("recomputed from the log")
-        for c in report.checks:
-            out.append(f"  {'ok  ' if c.agrees else 'DIFF'} {c.name}: printed {c.printed}, recomputed {c.recomputed}  ({c.how})")
+        for name, c in _collapsed_checks(report.checks):
+            out.append(f"  {'ok  ' if c.agrees else 'DIFF'} {name}: printed {c.printed}, recomputed {c.recomputed}  ({c.how})")
     out.append("")
     out.append("findings" if report.findings else "findings: none")
     for f in report.findings:
@@ -123,6 +127,86 @@ def render_text(report: Any) -> str:
     for s in report.unparsed_samples[:10]:
         out.append(f"  ? {s}")
     return "\n".join(out) + "\n"
+
+
+def _rank_signature(r: Any) -> tuple:
+    """What the text shows for a rank, at the printed 2-decimal GiB precision (labels aside)."""
+    phases = tuple((ph.name, _gib(ph.free_bytes_before), _gib(ph.free_bytes_after), ph.note) for ph in r.phases)
+    return phases, _gib(r.decision.get("free_bytes_at_end"))
+
+
+def _identical_rank_groups(ranks: Any) -> list[list[Any]]:
+    """Ranks that printed the same figures, collapsed into one row (``TP0-7 identical``), in order of
+    their first rank; ranks without figures are never merged."""
+    groups: list[list[Any]] = []
+    by_sig: dict[tuple, list[Any]] = {}
+    for r in ranks:
+        sig = _rank_signature(r)
+        if r.phases and sig in by_sig:
+            by_sig[sig].append(r)
+            continue
+        group = [r]
+        groups.append(group)
+        if r.phases:
+            by_sig[sig] = group
+    return groups
+
+
+def _collapsed_checks(checks: Any) -> list[tuple[str, Any]]:
+    """Per-rank checks with the same outcome in one row: ``TP0-7 weights mem usage``."""
+    import re
+
+    rows: list[list[Any]] = []  # [display name parts, check, labels]
+    index: dict[tuple, list[Any]] = {}
+    for c in checks:
+        m = re.match(r"^((?:[A-Z]+\d+ )*[A-Z]+)(\d+) (.+)$", c.name)
+        if not m:
+            rows.append([c.name, c, None])
+            continue
+        key = (m.group(1), m.group(3), repr(c.printed), repr(c.recomputed), c.agrees, c.how)
+        if key in index:
+            index[key][2].append(int(m.group(2)))
+            continue
+        row = [None, c, [int(m.group(2))], m.group(1), m.group(3)]
+        index[key] = row
+        rows.append(row)
+    out = []
+    for row in rows:
+        if row[2] is None:
+            out.append((row[0], row[1]))
+        else:
+            out.append((f"{row[3]}{_compress(row[2])} {row[4]}", row[1]))
+    return out
+
+
+def _compress(nums: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."""
+    out: list[str] = []
+    start = prev = nums[0]
+    for n in nums[1:] + [None]:  # type: ignore[list-item]
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+        if n is not None:
+            start = prev = n
+    return ",".join(out)
+
+
+def _rank_span(ids: list[Any]) -> str:
+    if all(isinstance(i, int) for i in ids):
+        return _compress(list(ids))
+    return ",".join(str(i) for i in ids)
+
+
+def _label_span(labels: list[str]) -> str:
+    """``TP0 … TP7`` -> ``TP0-7``; ``DP0 TP0 … DP0 TP3`` -> ``DP0 TP0-3``; ``TP1, TP3`` -> ``TP1,3``."""
+    import re
+
+    parts = [re.match(r"^(.*?)(\d+)$", lb) for lb in labels]
+    if all(parts) and len({p.group(1) for p in parts}) == 1:
+        return f"{parts[0].group(1)}{_compress([int(p.group(2)) for p in parts])}"
+    return ", ".join(labels)
 
 
 def _is_memory_flag(engine: str, key: str) -> bool:

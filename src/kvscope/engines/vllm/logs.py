@@ -658,7 +658,9 @@ def rank_timelines(log: VllmLog) -> list:
             phases.append(Phase(PHASE_INIT, None, free, note="init snapshot free memory (the budget excludes what came before)"))
         if "weights_gib" in p:
             after = None if free is None else free - gib_to_bytes(p["weights_gib"])
-            phases.append(Phase(PHASE_LOAD_WEIGHTS, free, after, note="after = before − torch-allocated weights"))
+            phases.append(Phase(PHASE_LOAD_WEIGHTS, free, after,
+                                note="after = before − torch-allocated weights" if free is not None else
+                                f"torch-allocated weights {p['weights_gib']:g} GiB (free memory not printed)"))
             free = after
         prof_used = None
         if "non_kv_gib" in p and "weights_gib" in p:
@@ -667,12 +669,14 @@ def rank_timelines(log: VllmLog) -> list:
             prof_used = gib_to_bytes(p["torch_peak_increase_gib"] + p["non_torch_increase_gib"])
         if prof_used is not None:
             phases.append(Phase(PHASE_PROFILE, free, None if free is None else free - prof_used,
-                                note="activation peak + non-torch increase (reserved, not held)"))
+                                note="activation peak + non-torch increase (reserved, not held)" + (
+                                    "" if free is not None else f": {prof_used / 2**30:.2f} GiB")))
         if "available_kv_gib" in p:
             kv = gib_to_bytes(p["available_kv_gib"])
             before = free - prof_used if free is not None and prof_used is not None else None
             phases.append(Phase(PHASE_KV_ALLOC, before, None if before is None else before - kv,
-                                note="Available KV cache memory"))
+                                note="Available KV cache memory" + ("" if before is not None else
+                                                                    f" {p['available_kv_gib']:g} GiB")))
         if "cuda_graph_gib" in p:
             phases.append(Phase(PHASE_CUDA_GRAPH, None, None, note=f"graph capture took {p['cuda_graph_gib']} GiB"))
         decision: dict[str, Any] = {"rank_label": w.label}
