@@ -83,6 +83,47 @@ class VisionSpec:
 
 
 @dataclass(frozen=True)
+class DeepseekV4Spec:
+    """DeepSeek-V4 (``model_type: deepseek_v4``) attention geometry the KV planners need.
+
+    Per decoder layer ``compress_ratios[i]``: 0 = sliding-window only (a ``sliding_window``-token
+    raw KV ring), 4 = compressed sparse attention (one latent row per 4 tokens + the lightning
+    indexer's K cache), 128 = heavily compressed attention (one row per 128 tokens). Every layer
+    also keeps the SWA ring. vLLM reads the same list (``get_compress_ratios``,
+    vllm/transformers_utils/deepseek_v4_utils.py @ v0.33.0; entries past ``num_hidden_layers`` are
+    the MTP layers, which are SWA-only: ``compress_ratio = 1`` for layer ids >= num_hidden_layers in
+    vllm/models/deepseek_v4/attention.py @ v0.33.0).
+    """
+
+    compress_ratios: tuple[int, ...]  # one per decoder layer (MTP layers excluded)
+    sliding_window: int
+    head_dim: int  # 512: one latent "head" shared by K and V
+    qk_rope_head_dim: int
+    q_lora_rank: int
+    o_groups: int
+    o_lora_rank: int
+    index_head_dim: int
+    index_n_heads: int
+    index_topk: int
+    hc_mult: int = 1
+    num_hash_layers: int = 0
+    expert_dtype: str = "fp8"  # "fp4": routed experts stored as packed e2m1 pairs + ue8m0 scales
+    n_mtp_layers: int | None = None  # DSpark draft layers (vLLM: ``n_mtp_layers or 3``)
+
+    @property
+    def num_c4_layers(self) -> int:
+        return sum(1 for r in self.compress_ratios if r == 4)
+
+    @property
+    def num_c128_layers(self) -> int:
+        return sum(1 for r in self.compress_ratios if r == 128)
+
+    @property
+    def num_swa_only_layers(self) -> int:
+        return sum(1 for r in self.compress_ratios if r <= 1)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     model_type: str
@@ -116,6 +157,7 @@ class ModelSpec:
     quant: QuantSpec = field(default_factory=QuantSpec)
     assumed: tuple[str, ...] = ()  # fields we had to assume (unknown model_type, missing keys)
     sglang_context_len: int | None = None  # SGLang's get_context_length(hf_text_config), see below
+    dsv4: DeepseekV4Spec | None = None  # DeepSeek-V4 compressed/SWA attention (model_type deepseek_v4)
 
     # --- derived counts -------------------------------------------------------------------
     @property
@@ -129,6 +171,10 @@ class ModelSpec:
     @property
     def has_dsa_indexer(self) -> bool:
         return self.index_head_dim is not None
+
+    @property
+    def is_deepseek_v4(self) -> bool:
+        return self.dsv4 is not None
 
     @property
     def is_multimodal(self) -> bool:
@@ -365,6 +411,42 @@ def _vision(config: Mapping[str, Any]) -> VisionSpec | None:
                       sglang_num_layers=int(sg_layers), sglang_hidden_size=int(sg_hidden))
 
 
+def _deepseek_v4(text: Mapping[str, Any], model_type: str, n: int) -> DeepseekV4Spec | None:
+    """DeepSeek-V4 fields: the legacy per-layer ``compress_ratios`` (MTP entries after the
+    decoder layers), or the upstream ``layer_types`` + ``compress_rates`` form, as
+    ``get_compress_ratios`` reads them (vllm/transformers_utils/deepseek_v4_utils.py @ v0.33.0)."""
+    if model_type != "deepseek_v4":
+        return None
+    ratios = text.get("compress_ratios")
+    if ratios is None and isinstance(text.get("compress_rates"), Mapping) and isinstance(text.get("layer_types"), list):
+        rates = text["compress_rates"]
+        ratios = [int(rates.get(t, 0) or 0) for t in text["layer_types"]]
+    if not isinstance(ratios, list) or len(ratios) < n:
+        raise ConfigError(f"deepseek_v4 config needs compress_ratios with one entry per layer ({n})",
+                          field="compress_ratios", fix="pass the checkpoint's own config.json")
+    ratios = [int(r) for r in ratios[:n]]
+    bad = sorted({r for r in ratios if r not in (0, 1, 4, 128)})
+    if bad:
+        raise ConfigError(f"compress_ratios {bad} are not modelled (0/1 = sliding window only, 4, 128)",
+                          field="compress_ratios", fix="DeepSeek-V4 uses 0, 4 and 128")
+    return DeepseekV4Spec(
+        compress_ratios=tuple(0 if r <= 1 else r for r in ratios),
+        sliding_window=int(_int(text, "sliding_window")),
+        head_dim=int(_int(text, "head_dim")),
+        qk_rope_head_dim=int(_int(text, "qk_rope_head_dim")),
+        q_lora_rank=int(_int(text, "q_lora_rank")),
+        o_groups=int(_int(text, "o_groups")),
+        o_lora_rank=int(_int(text, "o_lora_rank")),
+        index_head_dim=int(_int(text, "index_head_dim")),
+        index_n_heads=int(_int(text, "index_n_heads")),
+        index_topk=int(_int(text, "index_topk")),
+        hc_mult=int(_int(text, "hc_mult", required=False, default=1)),
+        num_hash_layers=int(_int(text, "num_hash_layers", required=False, default=0)),
+        expert_dtype=str(text.get("expert_dtype") or "fp8"),
+        n_mtp_layers=_int(text, "n_mtp_layers", required=False),
+    )
+
+
 def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
                         hf_quant_config: Mapping[str, Any] | None = None) -> ModelSpec:
     if not isinstance(config, Mapping):
@@ -405,6 +487,10 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         head_dim = int(explicit) if explicit else hidden // heads
         v_head_dim = head_dim
     window_types, window = _layer_types(text, model_type, layers)
+    dsv4 = _deepseek_v4(text, model_type, layers)
+    if dsv4 is not None:  # every layer keeps the SWA ring; compressed layers add latent rows
+        window_types = tuple(SLIDING if r == 0 else FULL for r in dsv4.compress_ratios)
+        window = dsv4.sliding_window
     moe = _moe(text)
     ffn = _ffn_types(text, moe, window_types)
     intermediate = _int(text, "intermediate_size", required=False)
@@ -459,6 +545,7 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         quant=quant_from_config(config, text, hf_quant_config),
         assumed=tuple(assumed),
         sglang_context_len=sglang_context_length(text, int(max_pos)),
+        dsv4=dsv4,
     )
     for note in assumed:
         warnings.warn(f"kvscope: {spec.name}: {note}", stacklevel=2)
