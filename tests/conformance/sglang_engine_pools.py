@@ -979,3 +979,195 @@ def _compile_swa(self: SGLangPools) -> Dict[str, Any]:
 
 
 SGLangPools.swa = _swa  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------------------------
+# cell variants: DSA indexer, FP4 / mxfp8, the draft in the budget (>=0.5.14)
+# ---------------------------------------------------------------------------------------------
+
+KV_DTYPES = {"bfloat16": _Dtype("bfloat16", 2), "float8_e4m3fn": _Dtype("float8_e4m3fn", 1),
+             "float8_e5m2": _Dtype("float8_e5m2", 1), "float32": _Dtype("float32", 4),
+             "float4_e2m1fn_x2": _Dtype("float4_e2m1fn_x2", 1)}
+
+
+@dataclass(frozen=True)
+class CellCase:
+    attention: str  # "mha" | "mla"
+    dsa: bool  # DeepSeek-V3.2 / GLM-5 indexer (MLA only)
+    index_head_dim: int
+    num_layers: int
+    total_num_kv_heads: int
+    head_dim: int
+    v_head_dim: int
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    kv_dtype: str  # torch dtype name of the KV cache (KV_DTYPES)
+    kv_cache_dtype_str: str  # --kv-cache-dtype as given ("auto", "fp8_e4m3", "mxfp8", "nvfp4", ...)
+    attn_tp_size: int
+    speculative_algorithm: Optional[str] = None
+    draft_num_layers: Optional[int] = None  # eagle_draft_num_layers
+
+
+def cell_members(version: str) -> tuple:
+    v = _vtuple(version)
+    out = ["sglang/srt/configs/model_config.py", "sglang/srt/mem_cache/memory_pool.py"]
+    if v < (0, 5, 9):
+        out.append("sglang/srt/model_executor/model_runner.py")
+    elif v < (0, 5, 13):
+        out.append("sglang/srt/model_executor/model_runner_kv_cache_mixin.py")
+    else:
+        out.append("sglang/srt/model_executor/pool_configurator.py")
+        if v >= (0, 5, 18):
+            out.append("sglang/srt/mem_cache/kv_cache_configurator.py")
+    return tuple(out)
+
+
+def _dsa_pool_class(self: SGLangPools) -> Any:
+    """``NSATokenToKVPool`` / ``DSATokenToKVPool`` class constants, read from the release's memory_pool.py."""
+    m = "sglang/srt/mem_cache/memory_pool.py"
+    tree = loader._parse(self._text(m), self.origin(m))
+    torch = fake_torch()
+    for name in ("DSATokenToKVPool", "NSATokenToKVPool"):
+        cls = loader._find_in(tree.body, name, loader.ast.ClassDef)
+        if cls is None:
+            continue
+        attrs: Dict[str, Any] = {}
+        for stmt in cls.body:
+            if (isinstance(stmt, loader.ast.Assign) and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], loader.ast.Name)):
+                src = loader.ast.unparse(stmt.value)
+                if src.startswith("torch."):
+                    attrs[stmt.targets[0].id] = getattr(torch, src.split(".", 1)[1])
+                else:
+                    try:
+                        attrs[stmt.targets[0].id] = loader.ast.literal_eval(stmt.value)
+                    except ValueError:
+                        pass
+        return types.SimpleNamespace(**attrs)
+    return loader.StubModule(f"{self.src.label}: no DSA/NSA token pool class", strict=True)  # raises on use
+
+
+def _cell(self: SGLangPools, c: CellCase) -> int:
+    self._cell_case = c
+    if "cell" not in self._compiled:
+        self._compiled["cell"] = _compile_cell(self)
+    fns = self._compiled["cell"]
+    hf = types.SimpleNamespace(dsa=c.dsa, index_head_dim=c.index_head_dim, index_topk=2048 if c.dsa else None,
+                               architectures=["DeepseekV32ForCausalLM" if c.dsa else "DeepseekV3ForCausalLM"])
+    mc = types.SimpleNamespace(
+        head_dim=c.head_dim, v_head_dim=c.v_head_dim, kv_lora_rank=c.kv_lora_rank, qk_rope_head_dim=c.qk_rope_head_dim,
+        total_num_kv_heads=c.total_num_kv_heads, is_hybrid_swa=False, hf_config=hf, is_draft_model=False,
+        quantization=None, context_len=4096)
+    mc.get_total_num_kv_heads = lambda: c.total_num_kv_heads
+    mc.get_num_kv_heads = types.MethodType(fns["get_num_kv_heads"], mc)
+    dtype = KV_DTYPES[c.kv_dtype]
+    sa = types.SimpleNamespace(kv_cache_dtype=c.kv_cache_dtype_str, enable_hisparse=False, max_total_tokens=None,
+                               dsa_prefill_backend="flashmla_sparse", dsa_decode_backend="flashmla_kv",
+                               nsa_prefill_backend="flashmla_sparse", nsa_decode_backend="flashmla_kv")
+    host = types.SimpleNamespace(
+        model_config=mc, kv_cache_dtype=dtype, kv_cache_dtype_str=c.kv_cache_dtype_str, server_args=sa,
+        use_mla_backend=c.attention == "mla", mambaish_config=None, is_draft_worker=False, pp_size=1,
+        num_effective_layers=c.num_layers, start_layer=0, end_layer=c.num_layers,
+        spec_algorithm=SpecAlgo(c.speculative_algorithm), eagle_draft_num_layers=c.draft_num_layers,
+        dflash_draft_num_layers=None, device="cuda", gpu_id=0, page_size=1, model_dtype=KV_DTYPES["bfloat16"],
+        spec_aux_config=types.SimpleNamespace(eagle_draft_num_layers=c.draft_num_layers, dflash_draft_num_layers=None),
+        layer_info=types.SimpleNamespace(start_layer=0, end_layer=c.num_layers, num_effective_layers=c.num_layers),
+        ps=types.SimpleNamespace(pp_size=1), mem_fraction_static=0.9)
+    host.fused_entry_bytes = lambda name: None
+    if self.v < (0, 5, 9):
+        return _cell_inline(self, c, fns, host)
+    if self.v < (0, 5, 13):
+        host.get_cell_size_per_token = types.MethodType(fns["get_cell_size_per_token"], host)
+        return host.get_cell_size_per_token(c.num_layers)
+    conf = fns["DefaultPoolConfigurator"].__new__(fns["DefaultPoolConfigurator"])
+    conf.__init__(host)
+    return conf._cell_size
+
+
+def _cell_inline(self: SGLangPools, c: CellCase, fns: Dict[str, Any], host: Any) -> int:
+    # <=0.5.6: the cell lives inside profile_max_num_token; read it back exactly from the token count of a
+    # 2**20 GiB budget (the same probe as sglang_engine._cell_from_inline).
+    self._avail_gib = float(1 << 20)
+    n = fns["profile_max_num_token"](host, 0.0)
+    total = (1 << 20) * (1 << 30)
+    cell = total // n
+    while total // cell > n:
+        cell += 1
+    return cell
+
+
+def _not_called(*a: Any, **k: Any) -> Any:
+    raise loader.StandInMissing("conformance: a CP layer-shard helper ran (CP layer split is off in these cases)")
+
+
+def _compile_cell(self: SGLangPools) -> Dict[str, Any]:
+    torch = fake_torch()
+    torch._utils = types.SimpleNamespace(_element_size=lambda d: d.itemsize)
+    torch.float8_e4m3fn = KV_DTYPES["float8_e4m3fn"]
+    torch.iinfo = lambda d: types.SimpleNamespace(max=(1 << 63) - 1)
+    c = lambda: self._cell_case  # noqa: E731
+    dsa_pool = _dsa_pool_class(self)
+    mcm = "sglang/srt/configs/model_config.py"
+    mc_text = self._text(mcm)
+    is_dsa = lambda hf: bool(getattr(hf, "dsa", False))  # noqa: E731  (architecture + index_topk check)
+    mc_fns = loader.compile_defs(mc_text, self.origin(mcm), ["ModelConfig.get_num_kv_heads"], {})
+    extra_mc: Dict[str, Any] = {}
+    for name in ("dsa_layer_skips_topk", "get_dsa_index_kpool", "get_dsa_index_head_dim", "get_nsa_index_head_dim"):
+        if loader.has_def(mc_text, self.origin(mcm), name):
+            extra_mc.update(loader.compile_defs(mc_text, self.origin(mcm), [name], {
+                "is_deepseek_dsa": is_dsa, "is_deepseek_nsa": is_dsa, "is_deepseek_v4": lambda hf: False}))
+    common: Dict[str, Any] = dict(
+        extra_mc, torch=torch, logger=log, get_attention_tp_size=lambda: c().attn_tp_size,
+        is_float4_e2m1fn_x2=lambda d: d.name == "float4_e2m1fn_x2", is_deepseek_nsa=is_dsa, is_deepseek_dsa=is_dsa,
+        is_minimax_sparse=lambda hf: False, NSATokenToKVPool=dsa_pool, DSATokenToKVPool=dsa_pool, _is_hip=False,
+        _is_npu=False, ceil_div=lambda a, b: -(-a // b),
+        get_parallel=lambda: types.SimpleNamespace(attn_tp_size=c().attn_tp_size, attn_dcp_size=1, attn_cp_size=1),
+        get_memory=lambda: types.SimpleNamespace(enable_hisparse=False, enable_hierarchical_cache=False,
+                                                 enable_unified_cache_external_linker=False),
+        get_disagg=lambda: types.SimpleNamespace(disaggregation_mode="null"),
+        get_exec=lambda: types.SimpleNamespace(kernel=types.SimpleNamespace(
+            dsa_prefill_backend="flashmla_sparse", dsa_decode_backend="flashmla_kv")),
+        get_schedule=lambda: types.SimpleNamespace(max_total_tokens=None),
+        envs=_Env({"SGLANG_NPU_ENABLE_SPARSE_KV_OFFLOAD": False}),
+        # logical-page KV sharding is off: no fixed scratch (mem_cache/page_interleave.py)
+        compute_page_shard_scratch_bytes=lambda kvc, include_mtp=False: 0,
+        mambaish_config=lambda model_config: None,
+        get_available_gpu_memory=lambda *a, **k: self._avail_gib,
+        get_world_group=lambda: types.SimpleNamespace(world_size=1, cpu_group=None))
+    out: Dict[str, Any] = dict(mc_fns)
+    if self.v < (0, 5, 9):
+        m = "sglang/srt/model_executor/model_runner.py"
+        out.update(loader.compile_defs(self._text(m), self.origin(m), ["ModelRunner.profile_max_num_token"], common))
+        return out
+    if self.v < (0, 5, 13):
+        m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
+        out.update(loader.compile_defs(self._text(m), self.origin(m), ["ModelRunnerKVCacheMixin.get_cell_size_per_token"],
+                                       common))
+        return out
+    modules: Dict[str, Any] = {"sglang.srt.layers.cp.utils": types.SimpleNamespace(  # GLM DSA CP layer split off
+        get_glm_dsa_layer_split_effective_num_layers=lambda kvc, n: n,
+        get_glm_dsa_cp_layer_shard_info=lambda kvc: (None, 1), get_layer_shard_range=_not_called)}
+    if self.v >= (0, 5, 18):
+        m = "sglang/srt/mem_cache/kv_cache_configurator.py"
+        kvc = loader.compile_defs(self._text(m), self.origin(m), ["calculate_mla_kv_cache_dim",
+                                                                  "_should_elide_dsa_index_k"], common)
+        modules["sglang.srt.mem_cache.kv_cache_configurator"] = types.SimpleNamespace(**kvc)
+    pc = "sglang/srt/model_executor/pool_configurator.py"
+    text = self._text(pc)
+    if loader.has_def(text, self.origin(pc), "_get_dsa_cache_layer_ids"):
+        common["_get_dsa_cache_layer_ids"] = loader.compile_defs(text, self.origin(pc), ["_get_dsa_cache_layer_ids"],
+                                                                 common)["_get_dsa_cache_layer_ids"]
+    if loader.has_def(text, self.origin(pc), "_dflash_draft_cell_size"):
+        common["_dflash_draft_cell_size"] = loader.compile_defs(text, self.origin(pc), ["_dflash_draft_cell_size"],
+                                                                common)["_dflash_draft_cell_size"]
+    names = [n for n in ("__init__", "_compute_cell_size", "_compute_dsa_indexer_cell_size")
+             if loader.has_def(text, self.origin(pc), f"DefaultPoolConfigurator.{n}")]
+    methods = loader.compile_defs(text, self.origin(pc), [f"DefaultPoolConfigurator.{n}" for n in names], common,
+                                  modules=modules)
+    # QSA adds a term only for models with a QSA profile (none here)
+    methods["_compute_qsa_cell_size"] = staticmethod(lambda hf_config, num_layers: 0)
+    out["DefaultPoolConfigurator"] = type("DefaultPoolConfigurator", (), methods)
+    return out
+
+
+SGLangPools.cell = _cell  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from . import cases
 from .conftest import count_cases, require_source
 from .sglang_engine import _vtuple
 from .sglang_engine_pools import (MambaCase, MambaShapeCase, ProfileMMCase, ReqCase, SGLangPools, mamba_members,
-                                  SWACase, profile_mm_members, swa_members,
+                                  SWACase, CellCase, KV_DTYPES, cell_members, profile_mm_members, swa_members,
                                   mamba_shape_members, req_members)
 from .wheels import SGLANG_VERSIONS
 
@@ -372,4 +372,80 @@ def test_hybrid_swa_split(version, multiplier):
     count_cases("sglang", version, "hybrid SWA split: full/swa pool tokens (+ratio, page, cap, all-SWA, "
                 "Llama-4 0.5.6, validate_swa_pool_size)", n)
     assert not bad, (f"sglang {version}: {len(bad)}/{n} differ (max_total, full, swa, error); first: "
+                     + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))
+
+
+# ---------------------------------------------------------------------------------------------
+# cell variants: DSA indexer (V3.2 / GLM-5), FP4 and mxfp8 KV, the EAGLE/MTP draft in the budget
+
+N_CELL = 1500
+FLAG_OF = {"bfloat16": ["auto", "bf16"], "float8_e4m3fn": ["fp8_e4m3", "auto"], "float8_e5m2": ["fp8_e5m2"],
+           "float32": ["auto"]}
+
+
+def gen_cell(rng: random.Random, version: str) -> CellCase:
+    v = _vtuple(version)
+    mla = rng.random() < 0.5
+    dsa = mla and v >= (0, 5, 6) and rng.random() < 0.6
+    dtypes = ["bfloat16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float32"]
+    if v >= (0, 5, 6) and not (not mla and v >= (0, 5, 20)):
+        dtypes.append("float4_e2m1fn_x2")  # FP4 MHA @ 0.5.23 depends on the attention-backend recipe
+    if v >= (0, 5, 18) and not mla:
+        dtypes.append("mxfp8")
+    dt = rng.choice(dtypes)
+    if dt == "mxfp8":
+        dt, flag = "float8_e4m3fn", "mxfp8"
+    elif dt == "float4_e2m1fn_x2":
+        flag = rng.choice(["nvfp4", "fp4_mx_block16"] if v >= (0, 5, 14) else ["fp4_e2m1"])
+    else:
+        flag = rng.choice(FLAG_OF[dt])
+    spec_algo = rng.choice([None, None, "EAGLE", "EAGLE3", "STANDALONE", "NGRAM"]) if v >= (0, 5) else None
+    heads = rng.choice([1, 2, 4, 8, 8, 16, 64, rng.randint(1, 128)])
+    head_dim = rng.choice([64, 80, 96, 128, 128, 192, 256, rng.randint(8, 512)])
+    return CellCase(
+        attention="mla" if mla else "mha", dsa=dsa, index_head_dim=rng.choice([128, 128, 64, 256]),
+        num_layers=rng.choice([1, 27, 32, 61, 78, 92, rng.randint(1, 160)]), total_num_kv_heads=heads,
+        head_dim=head_dim, v_head_dim=rng.choice([head_dim, head_dim, 128, rng.randint(8, 512)]),
+        kv_lora_rank=rng.choice([512, 512, 256, 384]) if dsa else rng.choice([512, 512, 256, rng.randint(16, 1024)]),
+        qk_rope_head_dim=rng.choice([64, 64, 32, rng.randint(8, 128)]),
+        kv_dtype=dt, kv_cache_dtype_str=flag, attn_tp_size=rng.choice([1, 1, 2, 4, 8, 16]),
+        speculative_algorithm=spec_algo,
+        draft_num_layers=rng.choice([1, 1, 2, 3, rng.randint(1, 8)]) if spec_algo else None)
+
+
+def kvscope_cell(version: str, c: CellCase) -> int:
+    v = args_mod.parse_version(version)
+    mla = c.attention == "mla"
+    spec = spec_mod.ModelSpec(
+        name="generated", model_type="deepseek_v32" if mla else "llama",
+        architectures=("DeepseekV32ForCausalLM",) if mla else ("LlamaForCausalLM",), hidden_size=4096,
+        num_hidden_layers=c.num_layers, num_attention_heads=max(c.total_num_kv_heads, 1),
+        num_key_value_heads=c.total_num_kv_heads, head_dim=c.head_dim, v_head_dim=c.v_head_dim, vocab_size=32000,
+        intermediate_size=11008, max_position_embeddings=32768, dtype="bfloat16", tie_word_embeddings=False,
+        attention="mla" if mla else "mha", layer_types=(spec_mod.FULL,) * c.num_layers,
+        ffn_types=("dense",) * c.num_layers, kv_lora_rank=c.kv_lora_rank if mla else None,
+        qk_rope_head_dim=c.qk_rope_head_dim if mla else None,
+        index_head_dim=c.index_head_dim if c.dsa else None, index_topk=2048 if c.dsa else None)
+    e = KV_DTYPES[c.kv_dtype].itemsize
+    algo = (c.speculative_algorithm or "").upper()
+    in_budget = args_mod.at_least(v, "0.5.14") and algo in ("EAGLE", "EAGLE3", "STANDALONE")
+    return memory.cell_size(spec, v, attn_tp=c.attn_tp_size, kv_bytes=e, kv_flag=c.kv_cache_dtype_str,
+                            draft_layers=c.draft_num_layers or 0, draft_in_budget=in_budget).cell_bytes
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_cell_variants(version, multiplier):
+    require_source("sglang", version, cell_members(version))
+    engine = SGLangPools(version)
+    n = N_CELL * multiplier
+    bad = []
+    for rng in cases.rngs(seed=83, n=n):
+        c = gen_cell(rng, version)
+        theirs = engine.cell(c)
+        ours = kvscope_cell(version, c)
+        if ours != theirs:
+            bad.append((c, ours, theirs))
+    count_cases("sglang", version, "cell size: DSA indexer + fp8 latent, FP4 / mxfp8 KV, e5m2, "
+                "EAGLE/STANDALONE draft in the budget (>=0.5.14)", n)
+    assert not bad, (f"sglang {version}: {len(bad)}/{n} cells differ; first: "
                      + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))

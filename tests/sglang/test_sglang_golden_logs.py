@@ -68,15 +68,23 @@ def test_kimi_k25_8x_mi355x_v058():
 
 
 def test_glm5_fp8_dsa_cell_and_known_gap():
-    """sgl-glm5-fp8-8xmi355x-kvfp8: the cell size (fp8 DSA: 656 + 132 indexer bytes x 78 layers) reproduces the
-    printed KV size exactly; the budget does not follow the classic rule on that ROCm build (the case's own
-    note) — kvscope predicts the rule's value and the doctor reports the implied effective fraction."""
+    """sgl-glm5-fp8-8xmi355x-kvfp8 (SGLang 0.5.8). Before 0.5.18 the profile divides by the plain MLA latent
+    (kv_lora + rope = 576: mixin ``get_cell_size_per_token`` @ v0.5.9, ``_compute_cell_size`` @ v0.5.13/0.5.14,
+    conformance-tested in tests/conformance/test_sglang_pools.py) + the 132-byte indexer, while the pool
+    buffers are 656 wide (``calculate_mla_kv_cache_dim``: fp8 latent + scales + bf16 rope). So the printed
+    KV size, (T+1) x (656+132) x 78, exceeds the budget: that "gap" is SGLang over-allocating its own
+    budget, and the token count does follow the classic rule. (Updated from 656+132 for the cell and
+    "below the observed count": the engine code divides by 576+132.)"""
     t = _tokens("zai-org/GLM-5", "mi355x", "0.5.8", 0.908, 283.50, 193.92, 8, kv_cache_dtype="fp8_e4m3")
-    assert t.kv_cell_bytes == (656 + 132) * 78
-    assert round((3262823 + 1) * t.kv_cell_bytes / GiB, 2) == 186.77
-    # classic rule: 193.92 - 283.50 x 0.092 = 167.84 GiB, well below the 186.77 GiB the log shows
-    assert t.kv_cache_tokens < 3262823
+    assert t.kv_cell_bytes == (576 + 132) * 78
+    assert round((3262823 + 1) * (656 + 132) * 78 / GiB, 2) == 186.77
+    # classic rule: 193.92 - 283.50 x 0.092 = 167.84 GiB of budget, divided by the 576-based cell
     assert round(t.extra["rest_memory_bytes"] / GiB, 1) == 167.8
+    # the count sits within the log's 2-decimal rounding once the MIN over 8 ranks is allowed a per-rank
+    # spread of 0.03 GiB of post-load free memory (TP0's figures are printed; cf. the Kimi K2.5 case)
+    lo, hi = _bounds("zai-org/GLM-5", "mi355x", "0.5.8", 0.908, 283.50, 193.92 - 0.03, 8, kv_cache_dtype="fp8_e4m3")
+    assert lo <= 3262823 <= hi
+    assert abs(t.kv_cache_tokens - 3262823) < 600  # was ~330k tokens short with a 656-based cell
 
 
 def test_qwen3_235b_fp8_k_size():

@@ -72,67 +72,133 @@ class CellSize:
     num_swa_layers: int = 0
     draft_bytes: int = 0  # EAGLE/MTP draft KV share added to the target cell (>=0.5.14)
     formula: str = ""
+    # Bytes per token the target's KV buffers really hold (no draft). Differs from the cell for DSA fp8
+    # before 0.5.18: the pool is 656-wide, the profile divides by 576 (see mla_kv_cache_dim). 0 = the cell.
+    pool_bytes_per_token: int = 0
+
+
+FP4_FLAGS = ("fp4_e2m1", "nvfp4", "fp4_mx_block16")
+DSA_QUANT_BLOCK = 128  # DSATokenToKVPool.quant_block_size (NSATokenToKVPool @ v0.5.6/0.5.9), memory_pool.py
+DSA_ROPE_BYTES = 2  # DSATokenToKVPool.rope_storage_dtype = bfloat16
+
+
+def _is_e4m3(kv_flag: str, e: int) -> bool:
+    """``kv_cache_dtype == torch.float8_e4m3fn``: fp8_e4m3, mxfp8 (0.5.18+) and an ``auto`` FP8 checkpoint."""
+    return kv_flag in ("fp8_e4m3", "fp8", "mxfp8") or (kv_flag == "auto" and e == 1)
+
+
+def mla_kv_cache_dim(spec: ModelSpec, v: Version, kv_flag: str, e: int, dsa_raw_layout: bool = False,
+                     buffer: bool = False) -> int:
+    """``calculate_mla_kv_cache_dim`` (kv_cache_configurator.py @ v0.5.18/0.5.23): ``kv_lora + rope``, or for
+    DSA models with a float8_e4m3fn KV and a scaled-layout backend (not trtllm, not tilelang+tilelang, not
+    HIP raw): ``kv_lora + kv_lora//128*4 + rope*2``. Before 0.5.18 the cell used ``kv_lora + rope``
+    (the override sized only the pool buffers: mixin ``get_cell_size_per_token`` @ v0.5.9,
+    ``_compute_cell_size`` @ v0.5.13/0.5.14) — ``buffer=True`` gives that buffer width (from 0.5.7; the
+    mixin's ``calculate_mla_kv_cache_dim`` @ v0.5.9 l.212; a 0.5.8 GLM-5 log prints it)."""
+    dim = spec.kv_lora_rank + spec.qk_rope_head_dim
+    since = "0.5.7" if buffer else "0.5.18"
+    if (at_least(v, since) and spec.has_dsa_indexer and not dsa_raw_layout and _is_e4m3(kv_flag, e)):
+        return spec.kv_lora_rank + spec.kv_lora_rank // DSA_QUANT_BLOCK * 4 + spec.qk_rope_head_dim * DSA_ROPE_BYTES
+    return dim
+
+
+def dsa_indexer_bytes(spec: ModelSpec, v: Version, num_layers: int) -> int:
+    """The DSA indexer's uint8 K + fp32 scale per 128 per token: ``(index_head_dim + index_head_dim//128*4)
+    * layers`` (``ceil_div(…, index_kpool=1)`` @ v0.5.23; ``_compute_dsa_indexer_cell_size`` @ v0.5.18;
+    inline @ v0.5.6 … v0.5.14). Every layer computes its own top-k (no ``index_topk_freq`` skipping)."""
+    if not spec.has_dsa_indexer:
+        return 0
+    d = spec.index_head_dim
+    return (d + d // DSA_QUANT_BLOCK * 4) * num_layers
 
 
 def _per_layer_bytes(spec: ModelSpec, v: Version, attn_tp: int, e: int, kv_flag: str) -> tuple[int, str]:
-    """Bytes per token per attention layer on one rank."""
+    """Bytes per token per attention layer on one rank (the one-layer cell; used for SWA pool geometry,
+    buffers and reports)."""
     if spec.is_mla:
-        if spec.has_dsa_indexer and e == 1:
-            # NSA/DSA fp8 latent: kv_lora + kv_lora//128*4 (scales) + rope*2 (bf16 rope) — memory_pool.py @ v0.5.23
-            dim = spec.kv_lora_rank + spec.kv_lora_rank // 128 * 4 + spec.qk_rope_head_dim * 2
-            lat = dim
-        else:
-            dim = spec.mla_kv_dim
-            lat = dim * e
-        idx = 0
-        if spec.has_dsa_indexer:
-            idx = spec.index_head_dim + spec.index_head_dim // 128 * 4  # uint8 K + fp32 scale per 128
+        dim = mla_kv_cache_dim(spec, v, kv_flag, e)
         text = f"MLA ({spec.kv_lora_rank}+{spec.qk_rope_head_dim}) x {e} B, replicated on every rank"
-        if idx:
-            text += f" + DSA indexer {idx} B"
-        if kv_flag in ("fp4_e2m1", "nvfp4", "fp4_mx_block16"):
-            lat = dim // 2 + (dim // 16) * 1
-        return lat + idx, text
+        if dim != spec.kv_lora_rank + spec.qk_rope_head_dim:
+            text = f"DSA fp8 latent {dim} B (scales + bf16 rope), replicated on every rank"
+        if spec.has_dsa_indexer:
+            text += f" + DSA indexer {dsa_indexer_bytes(spec, v, 1)} B"
+        return _engine_cell(spec, v, attn_tp, e, kv_flag, 1), text
+    n = max(1, spec.num_key_value_heads // attn_tp)
+    text = f"{n} KV head(s)/rank x ({spec.head_dim}+{spec.v_head_dim}) x {e} B"
+    return _engine_cell(spec, v, attn_tp, e, kv_flag, 1, workspace=False), text
+
+
+def _engine_cell(spec: ModelSpec, v: Version, attn_tp: int, e: int, kv_flag: str, layers: int,
+                 workspace: bool = True, buffer: bool = False) -> int:
+    """The cell over ``layers`` layers, with the engine's integer rounding on the total:
+
+    * MLA: ``dim * L * e``; FP4: ``cell//2 + ((kv_lora+rope)//16) * L * e``; DSA: + indexer.
+    * MHA (0.4.6/0.5.6 inline ``profile_max_num_token``): ``n * head_dim * L * 2 * e``;
+      (0.5.7+): ``n * (head_dim + v_head_dim) * L * e``; FP4: ``cell//2 + (n*head_dim*L*2*e)//16``
+      (+ ``n*head_dim*2*e`` shared dequant workspace from 0.5.18); mxfp8 (0.5.18+):
+      ``+ n*(head_dim+v_head_dim)*L // 32``.
+    """
+    fp4 = kv_flag in FP4_FLAGS
+    if spec.is_mla:
+        cell = mla_kv_cache_dim(spec, v, kv_flag, e, buffer=buffer) * layers * e
+        if fp4:
+            cell = cell // 2 + ((spec.kv_lora_rank + spec.qk_rope_head_dim) // 16) * layers * e
+        return cell + dsa_indexer_bytes(spec, v, layers)
     n = max(1, spec.num_key_value_heads // attn_tp)
     if not at_least(v, "0.5.7"):
-        # model_runner.py @ v0.4.6.post5 / @ v0.5.6 (l.1417-1423): heads x head_dim x L x 2 x e (v_head_dim
-        # ignored); the 0.5.7 mixin (checked at 0.5.9) uses head_dim + v_head_dim.
-        per = n * spec.head_dim * 2 * e
+        # model_runner.py @ v0.4.6.post5 / @ v0.5.6 (l.1417-1423): v_head_dim ignored.
+        cell = n * spec.head_dim * layers * 2 * e
     else:
-        per = n * (spec.head_dim + spec.v_head_dim) * e
-    if kv_flag == "mxfp8":
-        per += n * (spec.head_dim + spec.v_head_dim) // 32
-    elif kv_flag in ("fp4_e2m1", "nvfp4", "fp4_mx_block16"):
-        per = per // 2 + n * spec.head_dim * 2 * e // 16
-    text = f"{n} KV head(s)/rank x ({spec.head_dim}+{spec.v_head_dim}) x {e} B"
-    return per, text
+        cell = n * (spec.head_dim + spec.v_head_dim) * layers * e
+    if fp4:
+        cell = cell // 2 + (n * spec.head_dim * layers * 2 * e) // 16
+        if at_least(v, "0.5.18") and workspace:
+            cell += n * spec.head_dim * 2 * e  # one FP8 dequant workspace shared across layers
+    elif kv_flag == "mxfp8" and at_least(v, "0.5.18"):
+        cell += n * (spec.head_dim + spec.v_head_dim) * layers // 32
+    return cell
+
+
+def draft_cell_bytes(spec: ModelSpec, v: Version, target_cell: int, num_layers: int, draft_layers: int) -> int:
+    """What EAGLE/STANDALONE adds to the target cell when the draft is in the budget (>=0.5.14;
+    ``DefaultPoolConfigurator.__init__``): 0.5.14-0.5.17 ``int(cell * (1 + d/L)) - cell``; 0.5.18+ for
+    DSA targets ``int((cell - indexer(L)) * d / L) + indexer(d)``, else ``int(cell * (1 + d/L)) - cell``
+    (0.5.18-0.5.20) / ``int(cell * d / L)`` (after 0.5.20). "Assumes draft and target share the same
+    per-layer KV size" (the engine's comment)."""
+    if not at_least(v, "0.5.14") or draft_layers <= 0 or num_layers <= 0:
+        return 0
+    if at_least(v, "0.5.18") and spec.is_mla and spec.has_dsa_indexer:
+        target_kv = target_cell - dsa_indexer_bytes(spec, v, num_layers)
+        return int(target_kv * draft_layers / num_layers) + dsa_indexer_bytes(spec, v, draft_layers)
+    if v > Version("0.5.20"):
+        return int(target_cell * draft_layers / int(num_layers))
+    return int(target_cell * (1 + draft_layers / int(num_layers))) - target_cell
 
 
 def cell_size(spec: ModelSpec, v: Version, *, attn_tp: int, kv_bytes: int, kv_flag: str = "auto",
               layer_ids: Sequence[int] | None = None, draft_layers: int = 0, draft_spec: ModelSpec | None = None,
               draft_in_budget: bool = False) -> CellSize:
-    """``get_cell_size_per_token`` (model_runner_kv_cache_mixin.py @ v0.5.9) /
-    ``DefaultPoolConfigurator._compute_cell_size`` + ``HybridSWAPoolConfigurator`` (pool_configurator.py @ v0.5.23).
+    """``profile_max_num_token`` (<=0.5.6, inline) / ``get_cell_size_per_token`` (mixin @ v0.5.9) /
+    ``DefaultPoolConfigurator._compute_cell_size`` + ``__init__`` (pool_configurator.py @ v0.5.13 … v0.5.23).
 
     ``layer_ids``: this PP stage's decoder layers. Linear-attention/mamba layers hold no KV.
-    ``draft_in_budget`` (>=0.5.14, EAGLE/MTP): ``draft_kv = int(cell * draft_layers / num_layers)``
-    is added — the code assumes the draft shares the target's per-layer KV size.
+    ``draft_in_budget`` (>=0.5.14, EAGLE/MTP/STANDALONE): :func:`draft_cell_bytes` is added.
     """
     ids = range(spec.num_hidden_layers) if layer_ids is None else layer_ids
     kinds = [spec.layer_types[i] for i in ids]
     n_full = sum(1 for k in kinds if k == "full_attention")
     n_swa = sum(1 for k in kinds if k == "sliding_attention")
+    kv_flag = kv_flag.lower()
     per, text = _per_layer_bytes(spec, v, attn_tp, kv_bytes, kv_flag)
-    full = per * n_full
-    swa = per * n_swa
-    cell = full + swa
+    cell = _engine_cell(spec, v, attn_tp, kv_bytes, kv_flag, n_full + n_swa)
     draft = 0
     if draft_in_budget and draft_layers and (n_full + n_swa):
-        draft = int(cell * draft_layers / int(n_full + n_swa))
+        draft = draft_cell_bytes(spec, v, cell, n_full + n_swa, draft_layers)
         cell += draft
     formula = f"{text} x {n_full + n_swa} layers" + (f" + draft {draft} B" if draft else "")
+    pool = _engine_cell(spec, v, attn_tp, kv_bytes, kv_flag, n_full + n_swa, buffer=True)
     return CellSize(cell_bytes=cell, full_layer_bytes=per, num_full_layers=n_full, swa_layer_bytes=per if n_swa else 0,
-                    num_swa_layers=n_swa, draft_bytes=draft, formula=formula)
+                    num_swa_layers=n_swa, draft_bytes=draft, formula=formula, pool_bytes_per_token=pool)
 
 
 # --------------------------------------------------------------------------------------------

@@ -232,7 +232,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                                                    num_steps=a.speculative_num_steps, topk=a.speculative_eagle_topk,
                                                    page_size=page)
     req_bytes = mem.req_to_token_bytes(v, pool, context_len, extra_context_len=req_extra) if starts else 0
-    target_cell = cell_worst.cell_bytes - cell_worst.draft_bytes
+    target_cell = cell_worst.pool_bytes_per_token or cell_worst.cell_bytes - cell_worst.draft_bytes
     if starts and swa_tokens is not None:
         kv_alloc = (mem.kv_buffer_bytes(tokens, page, cell_worst.full_layer_bytes * cell_worst.num_full_layers)
                     + mem.kv_buffer_bytes(swa_tokens, page, cell_worst.swa_layer_bytes * cell_worst.num_swa_layers))
