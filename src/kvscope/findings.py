@@ -169,6 +169,43 @@ def effective_fraction_bounds(pre: float, post: float, kv: float, kv_terms: int,
     return min(values), max(values)
 
 
+def pcie_only_gpu(flags: dict, device_name: str | None) -> Any:
+    """The GPU (hardware catalog) when the log or ``--set gpu=…`` names one without full NVLink, else None."""
+    from .hardware.gpus import get_gpu
+
+    for name in (flags.get("gpu"), device_name):
+        if not name:
+            continue
+        try:
+            g = get_gpu(str(name))
+        except Exception:  # noqa: BLE001 - an unknown name just means no topology
+            continue
+        return None if g.interconnect.is_full_nvlink else g
+    return None
+
+
+def custom_allreduce_forced(an: "Analysis", log: Any, flags: dict, world: int | None, reached_init: bool,
+                            engine: str) -> None:
+    """Custom all-reduce on >2 PCIe-only GPUs: both engines turn it off there ("Custom allreduce is
+    disabled because it's not supported on more than two PCIe-only GPUs"), so a start that got past
+    that point on such GPUs without the warning and without --disable-custom-all-reduce ran with it
+    forced on (a patched gate or an env override; vllm-project/vllm#56128)."""
+    if not world or world <= 2 or not reached_init or log.events.get("custom_ar_disabled"):
+        return
+    if flags.get("disable_custom_all_reduce") in (True, "True", "true", 1):
+        return
+    g = pcie_only_gpu(flags, getattr(log, "device_name", None))
+    if g is None:
+        return
+    src = "--set gpu" if flags.get("gpu") else "the MoE kernel-config name in the log"
+    an.add(CUSTOM_ALLREDUCE, WARNING,
+           f"custom all-reduce looks forced on over {world} PCIe-only {g.name} GPUs (GPU from {src}): "
+           f"{'SGLang' if engine == 'sglang' else 'vLLM'} turns it off on more than two PCIe-only GPUs and prints "
+           "'Custom allreduce is disabled …', which this start did not; on PCIe it contends for the bus (slower than NCCL "
+           "beyond small messages) and its IPC buffers take memory outside the KV budget",
+           [], "drop the patch / env override, or pass --disable-custom-all-reduce (NCCL is faster here)")
+
+
 # ---------------------------------------------------------------------------------------------
 # SGLang
 # ---------------------------------------------------------------------------------------------
@@ -329,8 +366,14 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
                            "its fallback when GPU memory is unknown)")
                     if not log.server_args:
                         fix = "the log has no ServerArgs dump; " + fix
-                an.add(EFFECTIVE_FRACTION_MISMATCH, ERROR if abs(eff - mfs) > 0.05 else WARNING, msg,
-                       evidence + [src_ev], fix)
+                severity = ERROR if abs(eff - mfs) > 0.05 else WARNING
+                device = str(flags.get("device") or "cuda").lower()
+                if device not in ("cuda", "auto", "none", "rocm", "hip"):
+                    severity = INFO
+                    msg += (f"; device={device}: the rule above is the CUDA/ROCm path, and this backend's memory "
+                            "accounting was not traced (see docs/doctor.md, open mismatches)")
+                    fix = None
+                an.add(EFFECTIVE_FRACTION_MISMATCH, severity, msg, evidence + [src_ev], fix)
         else:
             an.add(EFFECTIVE_FRACTION, INFO,
                    f"the printed KV size implies mem_fraction_static ≈ {eff:.3f} (range {lo:.3f}–{hi:.3f}); the flag "
@@ -381,6 +424,8 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
 
     _sglang_capacity_findings(an, log, flags, pre, post, tokens, cell_est, kv_obs, failed)
     _sglang_rank_findings(an, log, pre_by_rank)
+    reached_init = any(r.loads or r.init_mem_usage_gib for r in ranks)
+    custom_allreduce_forced(an, log, flags, tp, reached_init, "sglang")
     _sglang_runtime_findings(an, log, ranks, pre, kv_obs, failed, mfs)
     return an
 
@@ -688,6 +733,8 @@ def analyze_vllm(log: Any, version: str | None, spec_range: str) -> Analysis:  #
 
     _vllm_failure_findings(an, log, flags, util, total, avail, tokens, block, mml, ev_avail)
     _vllm_other_findings(an, log, workers, profiles, util, cg_applied, version, spec_range)
+    reached_init = any(w.weights_gib is not None or w.profile_weights_gib is not None for w in workers)
+    custom_allreduce_forced(an, log, flags, as_int(flags.get("tensor_parallel_size")), reached_init, "vllm")
     return an
 
 

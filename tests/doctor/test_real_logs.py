@@ -396,3 +396,26 @@ def test_text_collapses_identical_ranks_and_checks():
     text = render_text(report_for("sglang-pr29853-grok2-npu-tp16"))
     assert "TP0-13,15 weights mem usage: printed 35.57" in text and "TP14 weights mem usage: printed 35.51" in text
     assert "rank 14 [TP14]" in text  # every rank printed slightly different free memory: nothing to collapse
+
+
+def test_custom_allreduce_forced_on_pcie(origin_log):
+    """The origin case's team forced custom all-reduce on over 8 PCIe RTX PRO 6000s. SGLang prints
+    'Custom allreduce is disabled …' on such GPUs unless its gate was bypassed: the same start without
+    those lines, with the GPU named, is flagged; with them it is the ordinary info."""
+    forced = "\n".join(line for line in origin_log.splitlines() if "Custom allreduce" not in line)
+    r = diagnose_text(forced, assume={"gpu": "rtx-pro-6000"})
+    (f,) = [f for f in r.findings if f.code == "custom-allreduce"]
+    assert f.severity == "warning" and "forced on over 8 PCIe-only" in f.message
+    assert "--disable-custom-all-reduce" in f.fix
+    r = diagnose_text(origin_log, assume={"gpu": "rtx-pro-6000"})
+    assert [f.severity for f in r.findings if f.code == "custom-allreduce"] == ["info"]
+    r = diagnose_text(forced, assume={"gpu": "h100-sxm"})  # NVLink: custom AR is on by design
+    assert "custom-allreduce" not in codes(r)
+    r = diagnose_text(forced)  # GPU unknown: no claim
+    assert "custom-allreduce" not in codes(r)
+
+
+def test_npu_fraction_mismatch_is_information_only():
+    r = report_for("sglang-pr29853-grok2-npu-tp16")
+    (f,) = [f for f in r.findings if f.code == "effective-fraction-mismatch"]
+    assert f.severity == "info" and "device=npu" in f.message

@@ -44,7 +44,7 @@ TRIGGER_RE = re.compile(
     r"out of memory|OutOfMemoryError|KV cache pool is full|fired up and ready|"
     r"max_running_requests was reduced|Using KV cache dtype|Automatically reduce --mem-fraction-static|"
     r"Automatically adjust --mem-fraction-static|Scheduler hit an exception|sglang(?:==| version)|"
-    r"Disable (?:prefill|decode) CUDA graph because|piecewise cuda graph is enabled"
+    r"Disable (?:prefill|decode) CUDA graph because|piecewise cuda graph is enabled|device_name="
 )
 
 RE_INIT_END = re.compile(r"Init torch distributed ends\.(?: elapsed=" + NUM + r" s,)? mem usage=" + NUM + GB)
@@ -84,6 +84,7 @@ RE_SERVER_ARGS = re.compile(r"server_args=ServerArgs\((.*)\)?\s*$")
 RE_LAUNCH = re.compile(r"(?:python[\d.]*\s+-m\s+)?sglang(?:\.launch_server| serve)\b(.*)$")
 RE_VERSION = re.compile(r"sglang(?:==| version[: ]\s*v?)(\d+\.\d+[\w.+-]*)")
 RE_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|HIP out of memory|out of memory")
+RE_DEVICE_NAME = re.compile(r"device_name=([A-Za-z][\w-]*?)(?:[,.\s]|\.json|$)")
 
 # Launch-flag spellings -> ServerArgs field names.
 FLAG_ALIASES = {
@@ -216,6 +217,7 @@ class SglangLog:
     version_printed: str | None = None
     version_markers: set[str] = field(default_factory=set)
     kv_dtype: str | None = None
+    device_name: str | None = None  # from MoE kernel-config file names (device_name=NVIDIA_H100_80GB_HBM3)
     matched_lines: int = 0
     starts_seen: int = 0
     assumed: set[str] = field(default_factory=set)  # flags given with --set, not in the log
@@ -533,6 +535,12 @@ class SglangLogParser:
             return True
         if key.startswith("Disable ") and "CUDA graph because" in key:
             self._event("graph_disabled", {"role": key.split()[1]}, ev)
+            return True
+        if key == "device_name=":
+            m = RE_DEVICE_NAME.search(line)
+            if not m:
+                return False
+            lg.device_name = m.group(1).replace("_", " ")
             return True
         if key == "piecewise cuda graph is enabled":
             self._event("piecewise_cuda_graph", {}, ev)

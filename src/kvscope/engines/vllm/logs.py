@@ -48,6 +48,7 @@ TRIGGER_RE = re.compile(
     r"the current vLLM instance can use|model weights take|Initial free memory|"
     r"Available KV cache memory|KV cache size: |Maximum concurrency for|(?:GPU|cuda|CUDA|rocm|xpu|npu|hpu) blocks: |num_gpu_blocks is: |"
     r"EngineCore failed to start|Starting to load model|Cudagraph is disabled|Capturing CUDA graphs \(|died, exit code|"
+    r"device_name=|"
     r"Estimated CUDA graph memory|Graph capturing finished|CUDA graph pool memory|"
     r"CUDA graph memory profiling is|max seq len|To serve at least one request|"
     r"No available memory for the cache blocks|on startup is less than desired GPU memory utilization|"
@@ -152,6 +153,7 @@ class VllmLog:
     num_cpu_blocks: int | None = None
     final_num_gpu_blocks: Figure | None = None  # APIServer "… after num_gpu_blocks is: N"
     loading_model: str | None = None  # "Starting to load model X..."
+    device_name: str | None = None  # from MoE kernel-config file names (device_name=NVIDIA_H100_80GB_HBM3)
     max_concurrency: Figure | None = None
     max_model_len_printed: int | None = None
     non_default_args: dict[str, Any] = field(default_factory=dict)
@@ -350,6 +352,14 @@ class VllmLogParser:
         if key == "Capturing CUDA graphs (":
             m = re.search(r"Capturing CUDA graphs \(([^)]*)\)", line)
             self._event("cuda_graph_capture", {"mode": m.group(1) if m else ""}, ev)
+            return True
+        if key == "device_name=":
+            from ..sglang.logs import RE_DEVICE_NAME
+
+            m = RE_DEVICE_NAME.search(line)
+            if not m:
+                return False
+            lg.device_name = m.group(1).replace("_", " ")
             return True
         if key == "died, exit code":
             self._event("worker_died", {}, ev)
