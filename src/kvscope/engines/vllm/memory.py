@@ -261,6 +261,9 @@ class ModelKV:
 def model_kv(spec: ModelSpec, a: VllmArgs, max_model_len: int, extra_layer_specs: dict | None = None) -> ModelKV:
     """Global groups (``get_kv_cache_groups`` over the merged specs of all workers), then each PP
     stage's projection and bytes per block."""
+    if spec.dsv4 is not None:  # DeepSeek-V4: packed SWA + compressed-MLA groups (deepseek_v4.py)
+        from .deepseek_v4 import model_kv as dsv4_model_kv
+        return dsv4_model_kv(spec, a, max_model_len)
     layout = cache_layout(spec, a, max_model_len)
     specs = kvc.layer_specs(spec, layout)
     if extra_layer_specs:

@@ -83,7 +83,8 @@ def plan_vllm(spec: ModelSpec, gpu: GPU, flags: VllmFlags, version: str | None =
                         "stage would hold no layer", field="--pipeline-parallel-size",
                         fix=f"use at most {spec.num_hidden_layers} stages")
     a = resolve_args(flags, traits=traits, model_max_len=spec.max_position_embeddings,
-                     gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name, is_mla=spec.is_mla,
+                     gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name,
+                     is_mla=spec.is_mla or spec.dsv4 is not None,  # DeepSeek-V4: use_mla, fp8_ds_mla
                      is_hybrid_mamba=spec.mamba is not None and spec.num_kv_layers > 0,
                      num_attention_heads=spec.num_attention_heads)
     total = gib_to_bytes(measured.total_gib) if measured.total_gib is not None else gpu.cuda_total_bytes
@@ -96,6 +97,9 @@ def plan_vllm(spec: ModelSpec, gpu: GPU, flags: VllmFlags, version: str | None =
                  mem.activation_peak_estimate(spec, a, is_last_pp_stage=(r == a.pp - 1))) for r in range(a.pp)]
     kv = mem.model_kv(spec, a, a.max_model_len)
     warnings: list[str] = [f"{spec.name}: {n}" for n in spec.assumed]
+    if spec.dsv4 is not None:
+        from .deepseek_v4 import notes as dsv4_notes
+        warnings += dsv4_notes(spec, a)
     if kv.num_padding_layers:
         warnings.append(f"Add {kv.num_padding_layers} padding layers (hybrid KV groups)")
     if a.speculative_method and a.speculative_method not in ("mtp", "ngram"):
