@@ -13,6 +13,10 @@ Pure integer arithmetic mirroring, version by version:
   ``vllm/platforms/interface.py::_align_hybrid_block_size`` @ v0.33.0 (attention block size for
   hybrid mamba models, mamba page padding).
 
+Every function here is conformance-tested against the released wheels (v0.10.1.1 … v0.33.0,
+``tests/conformance/test_vllm_kv_cache.py``); ``kv_cache_configs`` is the per-release order of
+``get_kv_cache_configs`` (admission check, ``num_blocks``, capacity log) over one DP engine.
+
 Nothing here knows about files, flags or GPUs; ``memory.py`` feeds it the available bytes.
 """
 
