@@ -143,6 +143,8 @@ class ReqCase:
     speculative_eagle_topk: Optional[int] = None
     speculative_num_draft_tokens: Optional[int] = None
     mem_fraction_static: float = 0.88
+    max_mamba_cache_size: Optional[int] = None  # a mamba-ish model: the carve's result (per DP worker)
+    disable_radix_cache: bool = False
 
 
 @dataclass
@@ -232,6 +234,18 @@ class SGLangPools:
             self._compiled["req_pool"] = type("ReqToTokenPool", (), {"__init__": fns["__init__"]})
         return self._compiled["req_pool"]
 
+    def _hybrid_req_pool_cls(self) -> type:
+        """``HybridReqToTokenPool``: its req_to_token table is ``ReqToTokenPool.__init__(size, max_context_len)``
+        (``super().__init__``, memory_pool.py @ v0.5.6/0.5.9); its mamba state pool is the carve."""
+        base = self._req_pool_cls()
+
+        def init(pool: Any, *, size: int, max_context_len: int, device: str, enable_memory_saver: bool,
+                 **_mamba: Any) -> None:
+            base.__init__(pool, size=size, max_context_len=max_context_len, device=device,
+                          enable_memory_saver=enable_memory_saver)
+
+        return type("HybridReqToTokenPool", (base,), {"__init__": init})
+
     def _server_args(self, c: ReqCase) -> Any:
         sa = types.SimpleNamespace(
             kv_cache_dtype="auto", max_running_requests=c.max_running_requests, max_total_tokens=c.max_total_tokens,
@@ -240,9 +254,15 @@ class SGLangPools:
             speculative_num_draft_tokens=c.speculative_num_draft_tokens,
             max_speculative_num_draft_tokens=c.speculative_num_draft_tokens, speculative_adaptive=False,
             disaggregation_mode="null", enable_memory_saver=False, mem_fraction_static=c.mem_fraction_static,
-            disable_radix_cache=False, enable_dp_attention=c.enable_dp_attention, dp_size=c.dp_size,
-            max_mamba_cache_size=None)
+            disable_radix_cache=c.disable_radix_cache, enable_dp_attention=c.enable_dp_attention, dp_size=c.dp_size,
+            max_mamba_cache_size=c.max_mamba_cache_size, disable_overlap_schedule=False,
+            enable_mamba_extra_buffer=lambda: False, enable_mamba_extra_buffer_lazy=lambda: False)
         return sa
+
+    def _mambaish(self, c: ReqCase) -> Any:
+        if c.max_mamba_cache_size is None:
+            return None
+        return types.SimpleNamespace(mamba2_cache_params=None, full_attention_layer_ids=[])
 
     # -- entry point ------------------------------------------------------------------------
     def request_pools(self, c: ReqCase) -> ReqResult:
@@ -262,7 +282,7 @@ class SGLangPools:
         runner = types.SimpleNamespace(
             server_args=sa, model_config=types.SimpleNamespace(context_len=c.context_len),
             dtype="bfloat16", model=types.SimpleNamespace(quant_config=None), spec_algorithm=SpecAlgo(
-                c.speculative_algorithm), is_draft_worker=False, mambaish_config=None, pp_size=1,
+                c.speculative_algorithm), is_draft_worker=False, mambaish_config=self._mambaish(c), pp_size=1,
             is_hybrid_swa=False, req_to_token_pool=None, device="cuda", page_size=c.page_size,
             dp_size=c.dp_size if c.enable_dp_attention else 1)
         runner.profile_max_num_token = lambda total_gpu_memory: c.profiled_tokens
@@ -289,7 +309,7 @@ class SGLangPools:
         stand = {
             "torch": torch, "_is_hip": False, "is_cuda": lambda: True, "logging": log, "logger": log,
             "SGLANG_CI_SMALL_KV_SIZE": None, "ReqToTokenPool": self._req_pool_cls(),
-            "log_info_on_rank0": lambda lg, msg: None,
+            "log_info_on_rank0": lambda lg, msg: None, "HybridReqToTokenPool": self._hybrid_req_pool_cls(),
         }
         if self.v < (0, 5, 9):
             m = "sglang/srt/model_executor/model_runner.py"
@@ -343,9 +363,9 @@ class SGLangPools:
         sa = self._server_args(c)
         runner = types.SimpleNamespace(
             server_args=sa, model_config=types.SimpleNamespace(context_len=c.context_len),
-            mambaish_config=None, pp_size=1, dp_size=c.dp_size if c.enable_dp_attention else 1)
+            mambaish_config=self._mambaish(c), pp_size=1, dp_size=c.dp_size if c.enable_dp_attention else 1)
         runner._profile_available_bytes = lambda pre: c.profiled_tokens
-        for name in ("_apply_token_constraints", "_resolve_max_num_reqs"):
+        for name in ("_apply_token_constraints", "_resolve_max_num_reqs", "_calculate_mamba_ratio"):
             setattr(runner, name, types.MethodType(fns[name], runner))
         try:
             config = fns["_resolve_memory_pool_config"](runner, 0)
@@ -367,7 +387,7 @@ class SGLangPools:
                    types.SimpleNamespace(**self._pool_configurator({}))}
         fns = loader.compile_defs(self._text(m), self.origin(m), [
             "ModelRunnerKVCacheMixin._resolve_memory_pool_config", "ModelRunnerKVCacheMixin._apply_token_constraints",
-            "ModelRunnerKVCacheMixin._resolve_max_num_reqs"],
+            "ModelRunnerKVCacheMixin._resolve_max_num_reqs", "ModelRunnerKVCacheMixin._calculate_mamba_ratio"],
             {"torch": torch, "logging": log, "logger": log}, modules=modules)
         cm = "sglang/srt/mem_cache/common.py"
         names = ["get_req_to_token_extra_context_len", "get_alloc_reserve_per_decode", "get_alloc_len_per_decode"]
@@ -383,18 +403,22 @@ class SGLangPools:
             self._compiled["kvc"] = self._compile_configurator()
         fns = self._compiled["kvc"]
         kvc = types.SimpleNamespace(
-            model_config=types.SimpleNamespace(context_len=c.context_len), mambaish_config=None,
+            model_config=types.SimpleNamespace(context_len=c.context_len), mambaish_config=self._mambaish(c),
             attn_dp_size=c.dp_size if c.enable_dp_attention else 1, device="cuda")
         kvc.ps = types.SimpleNamespace(attn_dp_size=kvc.attn_dp_size)
         kvc._profile_available_bytes = lambda pre: c.profiled_tokens
         for name in ("config_from_budget", "_apply_token_constraints", "resolve_max_num_reqs",
-                     "_build_default_req_pool"):
+                     "_build_default_req_pool", "_calculate_mamba_ratio"):
             setattr(kvc, name, types.MethodType(fns[name], kvc))
         try:
             config = fns["_resolve_memory_pool_config"](kvc, 0)
         except RuntimeError as exc:
             return ReqResult(None, None, None, None, None, None, f"RuntimeError: {exc}")
-        pool = fns["_build_req_to_token_pool"](kvc, max_num_reqs=config.max_running_requests)
+        if kvc.mambaish_config is None:
+            pool = fns["_build_req_to_token_pool"](kvc, max_num_reqs=config.max_running_requests)
+        else:  # _build_hybrid_req_pool: HybridReqToTokenPool's table is ReqToTokenPool's (super().__init__)
+            pool = kvc._build_default_req_pool(max_num_reqs=config.max_running_requests,
+                                               extra_max_context_len=fns["_extra_len"]())
         t = pool.req_to_token
         return ReqResult(config.max_total_num_tokens, pool.size, t.shape[0], t.shape[1], t.nbytes,
                          config.max_running_requests)
@@ -403,7 +427,8 @@ class SGLangPools:
         c = self._case
         return types.SimpleNamespace(max_total_tokens=c.max_total_tokens, page_size=c.page_size,
                                      max_running_requests=c.max_running_requests,
-                                     mem_fraction_static=c.mem_fraction_static, max_mamba_cache_size=None)
+                                     mem_fraction_static=c.mem_fraction_static,
+                                     max_mamba_cache_size=c.max_mamba_cache_size, disable_overlap_schedule=False)
 
     def _spec(self) -> Any:
         c = self._case
@@ -418,9 +443,14 @@ class SGLangPools:
         common: Dict[str, Any] = {
             "get_schedule": self._schedule, "get_spec": self._spec,
             "get_parallel": lambda: types.SimpleNamespace(attn_dcp_size=1, attn_dp_size=1, pp_size=1),
-            "get_memory": lambda: types.SimpleNamespace(enable_unified_memory=False, disable_radix_cache=False),
+            "get_memory": lambda: types.SimpleNamespace(enable_unified_memory=False,
+                                                        disable_radix_cache=self._case.disable_radix_cache),
             "get_disagg": lambda: types.SimpleNamespace(disaggregation_mode="null", enable_pd_role_switch=False),
-            "get_exec": lambda: types.SimpleNamespace(features=types.SimpleNamespace(enable_memory_saver=False)),
+            "get_exec": lambda: types.SimpleNamespace(
+                features=types.SimpleNamespace(enable_memory_saver=False),
+                mamba=types.SimpleNamespace(enable_mamba_extra_buffer=False, enable_mamba_extra_buffer_lazy=False)),
+            "envs": _Env({"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": False}),
+            "mamba_extra_buffer_enabled": lambda: False, "mamba_extra_buffer_lazy_enabled": lambda: False,
             "configured_pp_size": lambda: 1, "torch": torch, "logging": log, "logger": log,
             "_is_npu": False, "ReqToTokenPool": self._req_pool_cls(),
         }
@@ -441,11 +471,13 @@ class SGLangPools:
         m = "sglang/srt/mem_cache/kv_cache_configurator.py"
         names = ["KVCacheConfigurator._resolve_memory_pool_config", "KVCacheConfigurator.config_from_budget",
                  "KVCacheConfigurator._apply_token_constraints", "KVCacheConfigurator.resolve_max_num_reqs",
-                 "KVCacheConfigurator._build_req_to_token_pool", "KVCacheConfigurator._build_default_req_pool"]
+                 "KVCacheConfigurator._build_req_to_token_pool", "KVCacheConfigurator._build_default_req_pool",
+                 "KVCacheConfigurator._calculate_mamba_ratio"]
         fns = loader.compile_defs(self._text(m), self.origin(m), names, dict(
             common, get_req_to_token_extra_context_len=alloc["get_req_to_token_extra_context_len"],
             is_deepseek_v4=lambda hf: False), modules=modules)
         del rc
+        fns["_extra_len"] = alloc["get_req_to_token_extra_context_len"]
         return fns
 
     def _max_draft_tokens(self) -> Callable[[], Optional[int]]:

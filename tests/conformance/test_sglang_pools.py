@@ -48,16 +48,22 @@ def gen_req(rng: random.Random, version: str) -> ReqCase:
         steps = rng.choice([1, 2, 3, 4, 5, 7])
         topk = rng.choice([1, 1, 2, 4, 8])
         draft = rng.choice([steps + 1, steps * topk, rng.randint(2, 64)])
+    running = cases.maybe(rng, 0.35, rng.choice([1, 2, 8, 64, 128, 256, 1024, 4096, rng.randint(1, 20_000)]))
+    mamba = (rng.choice([0, 1, 2, 3, 50, 512, 3000, rng.randint(1, 20_000)])
+             if v >= (0, 5) and rng.random() < 0.3 else None)
+    if mamba is not None and algo is not None and running is None:
+        running = rng.choice([16, 256, rng.randint(1, 4000)])  # the carve asserts it is set with spec decoding
     return ReqCase(
         profiled_tokens=tokens, context_len=ctx,
         page_size=rng.choice([1, 1, 1, 16, 32, 64, 128, rng.randint(2, 256)]),
         max_total_tokens=cases.maybe(rng, 0.2, rng.randint(1, 3_000_000)),
-        max_running_requests=cases.maybe(rng, 0.35, rng.choice([1, 2, 8, 64, 128, 256, 1024, 4096,
-                                                                rng.randint(1, 20_000)])),
+        max_running_requests=running,
         dp_size=dp, enable_dp_attention=dp > 1 and rng.random() < 0.6,
         speculative_algorithm=algo, speculative_num_steps=steps, speculative_eagle_topk=topk,
         speculative_num_draft_tokens=draft,
         mem_fraction_static=rng.choice([0.88, round(rng.uniform(0.3, 0.95), 3)]),
+        max_mamba_cache_size=mamba,
+        disable_radix_cache=rng.random() < 0.3,
     )
 
 
@@ -68,7 +74,10 @@ def kvscope_req(version: str, c: ReqCase):
         max_total_tokens=c.max_total_tokens, max_running_requests=c.max_running_requests,
         attn_dp_size=c.dp_size if c.enable_dp_attention else 1, speculative_algorithm=c.speculative_algorithm,
         num_steps=c.speculative_num_steps, topk=c.speculative_eagle_topk,
-        num_draft_tokens=c.speculative_num_draft_tokens, mem_fraction_static=c.mem_fraction_static)
+        num_draft_tokens=c.speculative_num_draft_tokens, mem_fraction_static=c.mem_fraction_static,
+        max_mamba_cache_size=c.max_mamba_cache_size, disable_radix_cache=c.disable_radix_cache)
+    if p.error is not None:
+        return (None,) * 6 + (p.error,)
     return (p.max_total_num_tokens, p.req_pool_size, p.req_rows, p.req_row_len, p.req_to_token_bytes,
             p.max_running_requests, p.error)
 

@@ -707,7 +707,8 @@ def request_pools(v: Version, *, profiled_tokens: int, context_len: int, page_si
                   max_total_tokens: int | None = None, max_running_requests: int | None = None,
                   attn_dp_size: int = 1, speculative_algorithm: str | None = None,
                   num_steps: int | None = None, topk: int | None = None, num_draft_tokens: int | None = None,
-                  mem_fraction_static: float = 0.88, mamba_cap: int | None = None) -> RequestPools:
+                  mem_fraction_static: float = 0.88, mamba_cap: int | None = None,
+                  max_mamba_cache_size: int | None = None, disable_radix_cache: bool = False) -> RequestPools:
     """The pool sizing after the profile, in the engine's order (no SWA, no PP).
 
     Classic (<0.5.10, ``init_memory_pool``): request estimate from the profiled T → speculative
@@ -715,7 +716,17 @@ def request_pools(v: Version, *, profiled_tokens: int, context_len: int, page_si
     ``ReqToTokenPool`` → ``max_running_requests``. Current (>=0.5.10, ``_resolve_memory_pool_config``):
     page rounding → cap → re-round (RuntimeError from ``MemoryPoolConfig`` if <= 0) →
     ``resolve_max_num_reqs`` on the final T → ``ReqToTokenPool``.
+
+    Mamba-ish models: ``max_mamba_cache_size`` (the carve's result, per DP worker) caps the requests at
+    ``size // ratio`` (:func:`mamba_request_ratio`; model_runner.py @ v0.5.6, mixin @ v0.5.9 l.355 which
+    also caps at ``running // dp`` with speculative decoding and DP attention, ``_resolve_max_num_reqs``
+    @ v0.5.13+ which raises when the result is <= 0). ``mamba_cap`` gives the cap directly instead.
     """
+    if max_mamba_cache_size is not None and v >= Version("0.5.0"):
+        ratio = mamba_request_ratio(disable_radix_cache)
+        mamba_cap = max_mamba_cache_size // ratio
+        if (not at_least(v, "0.5.10") and at_least(v, "0.5.9") and speculative_algorithm and attn_dp_size > 1):
+            mamba_cap = min(mamba_cap, max_running_requests // attn_dp_size)
     tokens = profiled_tokens
     headroom = 0
     if not at_least(v, "0.5.10"):
@@ -735,6 +746,12 @@ def request_pools(v: Version, *, profiled_tokens: int, context_len: int, page_si
     pool, running = max_num_reqs(v, token_capacity=tokens, profiled_tokens=profiled_tokens, context_len=context_len,
                                  max_running_requests=max_running_requests, attn_dp_size=attn_dp_size,
                                  mamba_cap=mamba_cap)
+    if max_mamba_cache_size is not None and at_least(v, "0.5.13") and pool <= 0:
+        return RequestPools(tokens, None, None, None, None, None, headroom, capped, (
+            f"RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+            f"max_mamba_cache_size={max_mamba_cache_size}, mamba_ratio={mamba_request_ratio(disable_radix_cache)}, "
+            f"resulting max_num_reqs={pool}. Try: (1) reduce --max-running-requests, (2) increase "
+            f"--mem-fraction-static, or (3) use GPUs with more memory."))
     extra = req_to_token_extra_context_len(v, speculative_algorithm=speculative_algorithm,
                                            num_draft_tokens=num_draft_tokens, num_steps=num_steps, topk=topk,
                                            page_size=page_size)
