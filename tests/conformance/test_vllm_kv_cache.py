@@ -154,7 +154,10 @@ def gen_case(rng: random.Random, version: str) -> KVCase:
     )
     if hybrid:
         mode = "align" if (v >= (0, 19) and rng.random() < 0.5) else "none"
-        spec_blocks = rng.choice([0, 0, 0, 1, 2]) if v >= (0, 19) else 0
+        # MTP drafts add speculative blocks to the mamba state (num_spec in the shapes: gated
+        # delta net from 0.11, mamba2 from 0.19)
+        spec_ok = v >= (0, 19) or (v >= (0, 11) and c.mamba is not None and c.mamba.kind == "gdn")
+        spec_blocks = rng.choice([0, 0, 0, 1, 2]) if spec_ok else 0
         c = replace(c, mamba_cache_mode=mode, num_speculative_blocks=spec_blocks)
         if "full" in layers and not (v >= (0, 19) and rng.random() < 0.15 and _unaligned_ok(c, version)):
             block, padded = kv_engine(version).hybrid_inputs(c, 16)
