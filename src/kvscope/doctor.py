@@ -33,6 +33,7 @@ from .findings import (
     analyze_sglang,
     analyze_vllm,
     sort_findings,
+    vllm_model_checks,
 )
 from .timeline import Fix, Timeline, timeline_from_dict
 
@@ -379,6 +380,7 @@ def _report_vllm(log: vllm_logs.VllmLog, s: _Scan, model: str | None) -> DoctorR
     model_name = _model_from(flags, model)
     spec = vllm_logs.version_specifier(log.version_markers)
     an = analyze_vllm(log, log.version_printed, spec)
+    vllm_model_checks(an, log, model_name, log.version_printed, spec)
     version, vextra = _version(log.version_printed, spec)
     _common_findings(an, s, log.starts_seen)
     if log.is_empty:

@@ -726,6 +726,8 @@ def analyze_vllm(log: Any, version: str | None, spec_range: str) -> Analysis:  #
                    f"tokens / max_model_len = {r} but vLLM printed concurrency {conc}x: a non-uniform (hybrid) KV layout, "
                    "where tokens = num_blocks // num_groups × block_size and a request needs blocks in every group",
                    [log.max_concurrency.evidence], None)
+    if cg_applied is not None:
+        an.extra["cuda_graph_estimate_subtracted"] = cg_applied
     for c in list(an.checks):
         if not c.agrees and c.name != "maximum concurrency":
             an.add(ARITHMETIC_MISMATCH, WARNING, f"{c.name}: printed {c.printed}, recomputed {c.recomputed} ({c.how})",
@@ -902,3 +904,94 @@ def _vllm_other_findings(an: Analysis, log: Any, workers: list, profiles: dict, 
         an.add(TRUNCATED, INFO, "no KV sizing lines found (truncated log, or still starting)", (), None)
     elif an.starts is None and (log.workers or log.record) and not ooms:
         an.add(TRUNCATED, INFO, "the log ends before the KV cache was sized (truncated, or still starting)", (), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM with a catalog model: the engine module's own capacity step
+# ---------------------------------------------------------------------------------------------
+
+_VLLM_PROBES = ("0.6.4", "0.8.5", "0.10.1", "0.11.0", "0.13.0", "0.14.1", "0.17.0", "0.19.0", "0.20.2", "0.24.0",
+                "0.28.0", "0.30.0", "0.33.0")
+
+
+def _vllm_version_for(version: str | None, spec_range: str) -> str | None:
+    """The printed version, else the newest probe inside the range the line formats imply."""
+    if version:
+        return version
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    try:
+        s = SpecifierSet(spec_range or "")
+    except InvalidSpecifier:
+        return None
+    fits = [p for p in _VLLM_PROBES if Version(p) in s]
+    return fits[-1] if fits else None
+
+
+def vllm_model_checks(an: Analysis, log: Any, model: str | None, version: str | None, spec_range: str) -> None:
+    """With a catalog model, run ``engines/vllm/memory.py::capacity_from_available`` on the printed
+    available KV memory (±0.005 GiB, the print rounding) and compare its tokens / blocks / concurrency —
+    or, for a failed start, the KV one request needs — with the log. Nothing when the model is unknown."""
+    from .engines.vllm.logs import effective_flags
+
+    if not model:
+        return
+    flags, _ = effective_flags(log)
+    e_one = log.first("serve_one_request")
+    avail = an.extra.get("available_kv_cache_bytes")
+    if avail is None and e_one is not None:
+        avail = gib_to_bytes(e_one.values["available_gib"])
+    if avail is None or avail <= 0:
+        return
+    mml = as_int(flags.get("max_model_len")) or log.max_model_len_printed or (
+        e_one.values["max_model_len"] if e_one is not None else None)
+    try:
+        from .engines.vllm import memory as mem
+        from .engines.vllm.args import VllmFlags, resolve_args, version_traits
+        from .model.load import load_spec
+
+        spec, _ = load_spec(model)
+        cg = an.extra.get("cuda_graph_estimate_subtracted")  # the arithmetic dates the release too
+        narrowed = ",".join(x for x in (spec_range, "" if cg is None else ("<0.20.0" if cg is False else ">=0.20.0")) if x)
+        v = _vllm_version_for(version, narrowed)
+        traits = version_traits(v)
+        f = VllmFlags(
+            tensor_parallel_size=as_int(flags.get("tensor_parallel_size")) or 1,
+            pipeline_parallel_size=as_int(flags.get("pipeline_parallel_size")) or 1,
+            max_model_len=mml, max_num_seqs=as_int(flags.get("max_num_seqs")),
+            max_num_batched_tokens=as_int(flags.get("max_num_batched_tokens")),
+            kv_cache_dtype=str(flags.get("kv_cache_dtype") or "auto"),
+            block_size=as_int(flags.get("block_size")) or log.block_size,
+            enforce_eager=bool(flags.get("enforce_eager")),
+            gpu_memory_utilization=as_float(flags.get("gpu_memory_utilization")),
+        )
+        a = resolve_args(f, traits=traits, model_max_len=spec.max_position_embeddings, gpu_memory_bytes=80 * GiB,
+                         gpu_name="unknown", is_mla=spec.is_mla,
+                         is_hybrid_mamba=spec.mamba is not None and spec.num_kv_layers > 0,
+                         num_attention_heads=spec.num_attention_heads)
+        kv = mem.model_kv(spec, a, a.max_model_len)
+        caps = [mem.capacity_from_available([avail + d] * a.pp, kv, spec, a, a.max_model_len)
+                for d in (-gib_to_bytes(PRINT_HALF_STEP_GIB), 0, gib_to_bytes(PRINT_HALF_STEP_GIB))]
+    except Exception:  # noqa: BLE001 - unknown model, version or flags: no model-based checks
+        return
+    lo, mid, hi = caps
+    how = f"engines/vllm/memory.py capacity_from_available, {model}, vLLM {v or 'latest'}, available ±0.005 GiB"
+    missing = [k for k in ("max_num_batched_tokens", "max_model_len") if k not in flags and not (k == "max_model_len" and mml)]
+    if missing:
+        how += f"; {', '.join(missing)} not in the log: vLLM's default assumed"
+    an.extra["vllm_capacity_version"] = v
+    ev = [e for e in (log.kv_cache_tokens.evidence if log.kv_cache_tokens else None,
+                      log.num_gpu_blocks.evidence if log.num_gpu_blocks else None) if e]
+    if log.num_gpu_blocks is not None:
+        b = int(log.num_gpu_blocks.value)
+        an.check("num_gpu_blocks from the model", b, [lo.num_gpu_blocks, hi.num_gpu_blocks],
+                 lo.num_gpu_blocks <= b <= hi.num_gpu_blocks, how, ev)
+    elif log.kv_cache_tokens is not None:
+        t = int(log.kv_cache_tokens.value)
+        an.check("GPU KV cache size from the model", t, [lo.kv_cache_tokens, hi.kv_cache_tokens],
+                 lo.kv_cache_tokens <= t <= hi.kv_cache_tokens, how, ev)
+    if e_one is not None:
+        need = round(mid.needed_memory_bytes / GiB, 2)
+        an.check("KV needed for one max_model_len request", e_one.values["needed_gib"], need,
+                 abs(need - e_one.values["needed_gib"]) <= 0.011, how, [e_one.evidence])

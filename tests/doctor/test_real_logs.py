@@ -419,3 +419,34 @@ def test_npu_fraction_mismatch_is_information_only():
     r = report_for("sglang-pr29853-grok2-npu-tp16")
     (f,) = [f for f in r.findings if f.code == "effective-fraction-mismatch"]
     assert f.severity == "info" and "device=npu" in f.message
+
+
+@pytest.mark.parametrize("case_id,model,assume,name,printed,lo,hi,version", [
+    # Qwen3-14B: 2,621,440 B per 16-token block; 6.51 GiB ±0.005 -> 2,664..2,668 blocks -> 42,624..42,688 tokens
+    ("vllm-lmcache1739-qwen3-14b", "Qwen/Qwen3-14B", {}, "GPU KV cache size from the model", 42656, 42624, 42688, "0.24.0"),
+    # V0 (format range <0.11): 3.81 GiB ±0.005 / 2 MiB per block
+    ("vllm-10517-llama31-8b-3090-20k", "meta-llama/Llama-3.1-8B-Instruct", {}, "num_gpu_blocks from the model",
+     1952, 1948, 1953, "0.10.1"),
+])
+def test_vllm_capacity_through_the_engine_module(case_id, model, assume, name, printed, lo, hi, version):
+    text = (REAL / CASES[case_id]["fixture"]).read_text(encoding="utf-8")
+    r = diagnose_text(text, model=model, assume=assume)
+    c = check(r, name)
+    assert c.agrees and c.printed == printed and c.recomputed == [lo, hi]
+    assert r.timeline.extra["vllm_capacity_version"] == version
+    assert "capacity_from_available" in c.how
+
+
+def test_vllm_needed_kv_for_one_request_through_the_engine_module():
+    # gpt-oss-120b at the user's --max-num-batched-tokens 1024 (in the thread, not in the excerpt):
+    # 18 full layers × 2,048 B × 131,072 + the sliding-window group's 73 blocks = 4.54 GiB, as printed.
+    # "models's" dates the text before 0.22; without the flag vLLM's default batch widens the window group.
+    text = (REAL / CASES["vllm-27508-gptoss120b-h100-fail"]["fixture"]).read_text(encoding="utf-8")
+    r = diagnose_text(text, model="openai/gpt-oss-120b", assume={"max_num_batched_tokens": 1024})
+    assert r.timeline.extra["engine_version_range"] == "<0.22.0"
+    c = check(r, "KV needed for one max_model_len request")
+    assert c.agrees and c.printed == 4.54 and c.recomputed == 4.54
+    r = diagnose_text(text, model="openai/gpt-oss-120b")
+    c = check(r, "KV needed for one max_model_len request")
+    assert not c.agrees and "max_num_batched_tokens not in the log" in c.how
+    assert "engine-arithmetic-mismatch" not in codes(r)  # an assumed default is not the engine's arithmetic

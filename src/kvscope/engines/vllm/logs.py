@@ -119,6 +119,12 @@ VERSION_MARKERS = {
     "cg_estimate": ">=0.18.0",
     "can_use_summary": "<0.11.0",
     "v1_profile_debug": ">=0.11.0",
+    # the "To serve at least one request" error text (kv_cache_utils.py / kv_cache_planning.py per release)
+    "serve_one_models_s": "<0.22.0",   # "with the models's max seq len"
+    "serve_one_model_s": ">=0.22.0",   # fixed spelling, with the CPU-backend hint
+    "serve_one_docs_link": ">=0.14.0",  # "… See https://docs.vllm.ai/…/conserving_memory/"
+    "serve_one_no_docs_link": "<0.14.0",
+    "v0_max_seq_error": "<0.11.0",     # V0 raise_if_cache_size_invalid
 }
 
 
@@ -453,12 +459,18 @@ class VllmLogParser:
             m = RE_V0_MAX_SEQ.search(line)
             if not m:
                 return False
+            lg.version_markers.add("v0_max_seq_error")
             self._event("max_seq_len_too_large", {"max_model_len": int(m.group(1)), "kv_tokens": int(m.group(2))}, ev)
             return True
         if key == "To serve at least one request":
             m = RE_SERVE_ONE.search(line)
             if not m:
                 return False
+            lg.version_markers.add("serve_one_models_s" if "models's" in line else "serve_one_model_s")
+            if "conserving_memory" in line:
+                lg.version_markers.add("serve_one_docs_link")
+            elif re.search(r"when initializing the engine\.\s*$", line):
+                lg.version_markers.add("serve_one_no_docs_link")
             self._event("serve_one_request", {
                 "max_model_len": int(m.group(1)), "needed_gib": float(m.group(2)),
                 "available_gib": float(m.group(3)),
