@@ -155,8 +155,109 @@ def _layer_groups(s: ModelSpec, i: int, layer_kind: str, ffn_kind: str, gated: b
         yield TensorGroup("router", i, router, router * e, REPLICATED)
 
 
+# DeepSeek-V4 checkpoint (config ``expert_dtype: fp4``): routed experts are MXFP4 -- two e2m1 values
+# per byte plus one e8m0 scale byte per 32 values; every other quantized linear is fp8 e4m3 with one
+# e8m0 scale byte per 128 x 128 block ("FP4 checkpoints store FP8 linear scales as e8m0fnu",
+# vllm/models/deepseek_v4/quant_config.py @ v0.33.0). Expert-dtype fp8 checkpoints (V4-Flash-Base)
+# keep float32 block scales.
+DSV4_FP4_GROUP = 32
+
+
+def _dsv4_linear(rows: int, cols: int, s: ModelSpec, kind: str) -> int:
+    """Stored bytes of one DeepSeek-V4 linear: ``fp4`` experts, ``fp8`` block-quantized, ``bf16``."""
+    v4 = s.dsv4
+    assert v4 is not None
+    n = rows * cols
+    if kind == "fp4":
+        return n // 2 + rows * (-(-cols // DSV4_FP4_GROUP))
+    if kind == "fp8":
+        scale = 1 if v4.expert_dtype == "fp4" else 4
+        return n + (-(-rows // 128)) * (-(-cols // 128)) * scale
+    return n * s.dtype_bytes
+
+
+def _dsv4_layer_groups(s: ModelSpec, i: int, ratio: int) -> Iterable[TensorGroup]:
+    """One DeepSeek-V4 decoder layer's parameters, by the shapes and parallel linears of
+    vllm/models/deepseek_v4/{attention,compressor}.py and nvidia/model.py @ v0.33.0:
+    ``fused_wqa_wkv`` (wq_a + wkv) replicated, ``wq_b`` / ``wo_a`` column-parallel, ``wo_b``
+    row-parallel, compressor and indexer replicated (compressor linears unquantized), routed experts
+    split over TP/EP, the shared expert TP-split, router, hash table, norms and hyper-connection
+    (mHC) mixers replicated (fp32)."""
+    v4 = s.dsv4
+    assert v4 is not None and s.moe is not None
+    h, hd, nh = s.hidden_size, v4.head_dim, s.num_attention_heads
+    e = s.dtype_bytes
+    fp8 = "fp8" if s.quant.is_quantized else "bf16"
+    lin = lambda r, c, k: (r * c, _dsv4_linear(r, c, s, k))  # noqa: E731
+    for name, (numel, nbytes), shard in (
+        ("attn", lin(v4.q_lora_rank + hd, h, fp8), REPLICATED),  # wq_a + wkv
+        ("attn", lin(nh * hd, v4.q_lora_rank, fp8), ATTN_TP),  # wq_b
+        ("attn", lin(v4.o_groups * v4.o_lora_rank, nh * hd // v4.o_groups, fp8), ATTN_TP),  # wo_a
+        ("attn", lin(h, v4.o_groups * v4.o_lora_rank, fp8), ATTN_TP),  # wo_b
+    ):
+        yield TensorGroup(name, i, numel, nbytes, shard)
+    yield TensorGroup("attn", i, nh, nh * 4, ATTN_TP)  # attn_sink (fp32)
+    yield TensorGroup("norm", i, v4.q_lora_rank + hd + 2 * h, (v4.q_lora_rank + hd + 2 * h) * e, REPLICATED)
+    if ratio > 1:  # compressor: wkv + wgate (coff * head_dim each), ape (fp32), norm
+        coff = 2 if ratio == 4 else 1
+        n = 2 * coff * hd * h
+        yield TensorGroup("compressor", i, n, n * e, REPLICATED)
+        yield TensorGroup("compressor", i, ratio * coff * hd + hd, ratio * coff * hd * 4 + hd * e, REPLICATED)
+    if ratio == 4:  # lightning indexer: wq_b (fp8), weights_proj (bf16), its own compressor (head 128)
+        ih, inh = v4.index_head_dim, v4.index_n_heads
+        numel, nbytes = lin(inh * ih, v4.q_lora_rank, fp8)
+        yield TensorGroup("indexer", i, numel, nbytes, REPLICATED)
+        yield TensorGroup("indexer", i, inh * h, inh * h * e, REPLICATED)
+        n = 2 * 2 * ih * h
+        yield TensorGroup("indexer", i, n + 4 * 2 * ih + ih, n * e + 4 * 2 * ih * 4 + ih * e, REPLICATED)
+    moe = s.moe
+    inter = moe.moe_intermediate_size
+    kind = "fp4" if v4.expert_dtype == "fp4" else fp8
+    per_expert = sum(_dsv4_linear(r, c, s, kind) for r, c in _mlp_mats(h, inter, True))
+    yield TensorGroup("experts", i, moe.num_experts * 3 * h * inter, moe.num_experts * per_expert, TP)
+    if moe.shared_intermediate_size:
+        for r, c in _mlp_mats(h, moe.shared_intermediate_size, True):
+            yield TensorGroup("shared_experts", i, r * c, _dsv4_linear(r, c, s, fp8), TP)
+    yield TensorGroup("router", i, moe.num_experts * h, moe.num_experts * h * e, REPLICATED)
+    if i < v4.num_hash_layers:  # tid2eid: (vocab, top-k) int64 hash routing table
+        n = s.vocab_size * moe.num_experts_per_tok
+        yield TensorGroup("router", i, n, n * 8, REPLICATED)
+    else:  # e_score_correction_bias (fp32)
+        yield TensorGroup("router", i, moe.num_experts, moe.num_experts * 4, REPLICATED)
+    mix = (2 + v4.hc_mult) * v4.hc_mult
+    n = 2 * (mix * v4.hc_mult * h + mix + 3)  # hc_attn_* and hc_ffn_* (fn, base, scale), fp32
+    yield TensorGroup("norm", i, n, n * 4, REPLICATED)
+
+
+def _dsv4_tensor_groups(s: ModelSpec, include_mtp: bool) -> tuple[TensorGroup, ...]:
+    """DeepSeek-V4: embed / lm_head (bf16, vocab-parallel), final norm + mHC head, decoder layers;
+    MTP layers (SWA-only attention, e_proj / h_proj fp8, enorm / hnorm, their own mHC head) share
+    the target's embedding and head (vllm/models/deepseek_v4/nvidia/mtp.py @ v0.33.0)."""
+    v4 = s.dsv4
+    assert v4 is not None
+    e, h = s.dtype_bytes, s.hidden_size
+    hc = v4.hc_mult * v4.hc_mult * h + v4.hc_mult + 1  # hc_head_fn, _base, _scale (fp32)
+    out: list[TensorGroup] = [TensorGroup("embed", None, s.vocab_size * h, s.vocab_size * h * e, VOCAB)]
+    for i, ratio in enumerate(v4.compress_ratios):
+        out.extend(_dsv4_layer_groups(s, i, ratio))
+    out.append(TensorGroup("norm", None, h + hc, h * e + hc * 4, REPLICATED))
+    out.append(TensorGroup("lm_head", None, s.vocab_size * h, s.vocab_size * h * e, VOCAB))
+    if include_mtp:
+        fp8 = "fp8" if s.quant.is_quantized else "bf16"
+        for j in range(s.num_nextn_predict_layers):
+            idx = s.num_hidden_layers + j
+            for g in _dsv4_layer_groups(s, idx, 0):
+                out.append(TensorGroup("mtp", idx, g.numel, g.bytes, g.shard))
+            n = 2 * h * h
+            out.append(TensorGroup("mtp", idx, n, 2 * _dsv4_linear(h, h, s, fp8), REPLICATED))
+            out.append(TensorGroup("mtp", idx, 3 * h + hc, 3 * h * e + hc * 4, REPLICATED))
+    return tuple(out)
+
+
 def tensor_groups(s: ModelSpec, include_mtp: bool = False, include_vision: bool = True) -> tuple[TensorGroup, ...]:
     """Every weight of the model, grouped by kind and layer (estimated from the spec)."""
+    if s.dsv4 is not None:
+        return _dsv4_tensor_groups(s, include_mtp)
     e, h = s.dtype_bytes, s.hidden_size
     gated = s.model_type not in ("nemotron_h",)  # Nemotron-H MLPs are relu2 (up, down)
     out: list[TensorGroup] = [TensorGroup("embed", None, s.vocab_size * h, s.vocab_size * h * e, VOCAB)]
