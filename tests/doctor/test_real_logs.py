@@ -77,6 +77,14 @@ EXPECT: dict[str, dict] = {
         engine="sglang", starts=True, tokens=91749, kv_gib=7.00 + 7.00, weights_gib=27.57, codes=["effective-fraction"],
         version_range="<0.5.14,<0.5.9", post={0: 19.67}, pre={0: 47.24}, pool_end={0: 5.27}, graph_begin={0: 4.64},
         effective=0.88, decision={"cuda_graph_bs_max": 160}),
+    "sglang-skill-clean-startup-qwen3-8b-b200": dict(
+        engine="sglang", starts=True, tokens=992896, kv_gib=68.18 + 68.18, weights_gib=15.28, codes=["effective-fraction"],
+        version_range="<0.5.14,>0.5.6,>0.5.9", model="Qwen/Qwen3-8B", pre={0: 177.57}, post={0: 162.30},
+        pool_end={0: 25.26}, graph_begin={0: 24.14}, effective=0.8539,
+        checks={"rank weights mem usage": 15.27, "rank decode CUDA graph mem usage": 0.6,
+                "rank piecewise CUDA graph mem usage": 2.32, "max_total_num_tokens": 992896},
+        decision={"init_mem_usage_bytes": gib(0.09), "free_bytes_at_end": gib(21.22)},
+        extra={"chunked_prefill_size": 16384}),
     "sglang-4417-dsv3-2xh100-tp16": dict(
         engine="sglang", starts=None, tokens=None, weights_gib=40.46, codes=["log-truncated", "unbalanced-ranks"],
         version_range="<0.5.9", post={0: 35.52, 7: 36.63}, pool_end={0: 16.08, 5: 16.07, 6: 17.18}),
@@ -285,6 +293,8 @@ def test_every_printed_number_comes_from_the_log_text(case_id):
     # the model is not named; the figures fit Llama-3.1-70B at TP8 (1 KV head/rank): 80 × 256 × 2 B = 40,960 B;
     # (2,795,207 + 1) × 40,960 B = 106.62 GiB
     ("sglang-pr11716-tp8", "meta-llama/Llama-3.1-70B-Instruct", {"tp_size": 8}, 40960, 106.62),
+    # Qwen3-8B: 36 × 8 × 256 × 2 B = 147,456 B; page 64 from the printed trtllm_mha rule: (992,896 + 64) × 147,456 B
+    ("sglang-skill-clean-startup-qwen3-8b-b200", "Qwen/Qwen3-8B", {}, 147456, 136.36),
 ])
 def test_sglang_kv_size_from_the_catalog_cell(case_id, model, assume, cell, printed):
     text = (REAL / CASES[case_id]["fixture"]).read_text(encoding="utf-8")

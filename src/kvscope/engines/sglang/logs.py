@@ -44,7 +44,8 @@ TRIGGER_RE = re.compile(
     r"out of memory|OutOfMemoryError|KV cache pool is full|fired up and ready|"
     r"max_running_requests was reduced|Using KV cache dtype|Automatically reduce --mem-fraction-static|"
     r"Automatically adjust --mem-fraction-static|Scheduler hit an exception|sglang(?:==| version)|"
-    r"Disable (?:prefill|decode) CUDA graph because|piecewise cuda graph is enabled|device_name="
+    r"Disable (?:prefill|decode) CUDA graph because|piecewise cuda graph is enabled|device_name=|"
+    r"changing page_size from|Capturing batches \(|Capturing num tokens \(|Compiling num tokens \("
 )
 
 RE_INIT_END = re.compile(r"Init torch distributed ends\.(?: elapsed=" + NUM + r" s,)? mem usage=" + NUM + GB)
@@ -62,7 +63,8 @@ RE_KV_ALLOC = re.compile(
 )
 RE_POOL_END = re.compile(r"Memory pool end\. avail mem=" + NUM + GB)
 RE_CAPTURE = re.compile(r"[Cc]apture (.{0,60}?)(?:cuda|CUDA) graph (begin|end)")
-RE_CAPTURE_BS = re.compile(r"[Cc]apture (.{0,60}?)(?:cuda|CUDA) graph bs \[([\d,\s]*)\]?")
+RE_CAPTURE_BS = re.compile(r"[Cc]apture (.{0,60}?)(?:cuda|CUDA) graph (?:bs|num tokens) \[([\d,\s.…]*)\]?")
+RE_PAGE_CHANGE = re.compile(r"changing page_size from (\w+) to (\d+)")
 RE_AVAIL = re.compile(r"avail mem=" + NUM + GB)
 RE_USAGE = re.compile(r"mem usage=" + NUM + GB)
 RE_SUMMARY = re.compile(r"max_total_num_tokens=(-?\d+)")
@@ -218,6 +220,7 @@ class SglangLog:
     version_markers: set[str] = field(default_factory=set)
     kv_dtype: str | None = None
     device_name: str | None = None  # from MoE kernel-config file names (device_name=NVIDIA_H100_80GB_HBM3)
+    page_size_forced: int | None = None  # "… changing page_size from None to 64." (attention-backend rule)
     matched_lines: int = 0
     starts_seen: int = 0
     assumed: set[str] = field(default_factory=set)  # flags given with --set, not in the log
@@ -422,7 +425,10 @@ class SglangLogParser:
                 return False
             lg.summary = fields
             lg.summary_evidence = ev
-            lg.version_markers.add("summary_avail" if "available_gpu_mem" in fields else "summary_no_avail")
+            if "available_gpu_mem" in fields:
+                lg.version_markers.add("summary_avail")
+            elif not re.search(r"\.\.\.|…", line[pos:]):  # an elided summary says nothing about the field
+                lg.version_markers.add("summary_no_avail")
             return True
         if key == "is larger than the profiled value":
             m = RE_MAX_TOTAL.search(line)
@@ -536,6 +542,14 @@ class SglangLogParser:
         if key.startswith("Disable ") and "CUDA graph because" in key:
             self._event("graph_disabled", {"role": key.split()[1]}, ev)
             return True
+        if key == "changing page_size from":
+            m = RE_PAGE_CHANGE.search(line)
+            if not m:
+                return False
+            lg.page_size_forced = int(m.group(2))
+            return True
+        if key.endswith("num tokens (") or key == "Capturing batches (":
+            return True  # capture / compile progress bars (tqdm): the begin/end lines carry the figures
         if key == "device_name=":
             m = RE_DEVICE_NAME.search(line)
             if not m:
@@ -594,7 +608,7 @@ class SglangLogParser:
             if not b:
                 return False
             sizes = [int(x) for x in re.findall(r"\d+", b.group(2))]
-            if sizes:
+            if sizes and " bs " in b.group(0):
                 self._rank(line, pos).graph_bs = sizes[:4096]
             return True
         role = m.group(1).strip() or "decode"
@@ -657,6 +671,9 @@ def effective_flags(log: SglangLog) -> tuple[dict[str, Any], dict[str, str]]:
     for key, value in log.server_args.items():
         flags[key] = value
         source[key] = "server_args"
+    if log.page_size_forced is not None and flags.get("page_size") in (None, "None"):
+        flags["page_size"] = log.page_size_forced
+        source["page_size"] = "attention-backend rule printed in the log"
     return flags, source
 
 
