@@ -166,10 +166,32 @@ def gen_case(rng: random.Random, version: str) -> KVCase:
         # get_kv_cache_groups (as with a draft model's larger pages); not before v0.19, whose
         # admission check runs before grouping
         c = replace(c, mamba_block_size=c.block_size if mode == "align" else mml)
+    if mix != "mla" and rng.random() < 0.2:
+        c = _with_draft(rng, c, v)
     c = replace(c, available=tuple(_available(rng, c, version) for _ in pp))
     if rng.random() < 0.1:  # --num-gpu-blocks-override
         c = replace(c, num_gpu_blocks_override=rng.choice([1, 2, 100, 4096, rng.randint(1, 10 ** 6)]))
     return c
+
+
+def _with_draft(rng: random.Random, c: KVCase, v: Tuple[int, ...]) -> KVCase:
+    """EAGLE / MTP draft attention layers (gpt-oss-20b + EAGLE: 12 sliding + 13 full)."""
+    n = rng.choice([1, 1, 2, 3])
+    kinds = tuple(rng.choice(["full", "full", "sliding"]) if "sliding" in c.layers else "full" for _ in range(n))
+    if v < (0, 19):
+        # no page-size unification yet, and the admission check runs before the grouping:
+        # drafts keep the target's geometry (and, on 0.10, its spec types)
+        heads, head = c.total_num_kv_heads, c.head_size
+        if v < (0, 11):
+            kinds = tuple(k if k in c.layers else c.layers[0] for k in kinds)
+            if "mamba" in c.layers or c.layers[0] not in ("full", "sliding"):
+                return c
+        if "mamba" in c.layers:
+            return c
+    else:
+        heads = rng.choice([c.total_num_kv_heads, 1, 4, 8, 32])
+        head = rng.choice([c.head_size, 64, 128, 256])
+    return replace(c, draft_layers=kinds, draft_kv_heads=heads, draft_head_size=head)
 
 
 def _unaligned_ok(c: KVCase, version: str) -> bool:
@@ -267,15 +289,24 @@ def _message(exc) -> str:
 def kvscope_side(c: KVCase, version: str) -> dict:
     traits = args_mod.version_traits(version)
     specs = kvc.layer_specs(model_spec(c), cache_layout(c))
+    for j, kind in enumerate(c.draft_layers):  # extra_layer_specs (memory.model_kv)
+        page = kvc.attention_page_size_bytes(c.block_size, max(1, c.draft_kv_heads // c.tp), c.draft_head_size,
+                                             c.dtype_bytes)
+        specs[len(c.layers) + j] = kvc.KVCacheSpec(
+            kvc.FULL_ATTN if kind == "full" else kvc.SLIDING_WINDOW, c.block_size, page,
+            window=None if kind == "full" else c.window,
+            geometry=(max(1, c.draft_kv_heads // c.tp), c.draft_head_size, c.dtype_bytes))
     out: dict = {"pages": {i: s.page_size_bytes for i, s in specs.items()}}
     try:
         groups, padding = kvc.get_kv_cache_groups(specs, traits)
     except errors.KvscopeError as exc:
-        out["error"] = f"grouping: {_message(exc)}"
+        msg = _message(exc)
+        out["error"] = "grouping: " + ("AssertionError" if "AssertionError" in msg else msg)
         return out
     out["groups"] = [(g.layer_ids, g.spec.kind, g.spec.block_size,
                       sum(g.per_layer_pages) if g.per_layer_pages else g.spec.page_size_bytes) for g in groups]
-    plans = [kvc.make_plan(kvc.project_to_worker(groups, set(range(lo, hi))), padding) for lo, hi in c.pp_stages]
+    plans = [kvc.make_plan(kvc.project_to_worker(groups, set(c.stage_layers(r))), padding)
+             for r in range(len(c.pp_stages))]
     res = kvc.kv_cache_configs(plans, list(c.available), scheduler_view(c), traits,
                                num_gpu_blocks_override=c.num_gpu_blocks_override, cache_block_size=c.block_size)
     out["error"] = res.error
@@ -299,19 +330,31 @@ _ENGINE_KIND = {"FullAttentionSpec": "full", "MLAAttentionSpec": "mla", "Sliding
                 "ChunkedLocalAttentionSpec": "chunked_local", "MambaSpec": "mamba"}
 
 
+def _group_row(layers: Tuple[int, ...], spec: Any, mla: bool) -> Tuple[Any, ...]:
+    """(layers, kind, block size, page) of an engine group; a UniformTypeKVCacheSpecs group is
+    reported with its layers' kind and the summed page."""
+    inner = spec
+    if type(spec).__name__ == "UniformTypeKVCacheSpecs":
+        inner = next(iter(spec.kv_cache_specs.values()))
+    name = type(inner).__name__
+    kind = "mla" if (name == "FullAttentionSpec" and mla) else _ENGINE_KIND[name]
+    return (layers, kind, spec.block_size, spec.page_size_bytes)
+
+
 def engine_side(c: KVCase, version: str) -> dict:
     e = kv_engine(version)
     r = e.plan(c)
     out: dict = {"pages": r.page_size_bytes}
+    if r.error and r.error.startswith("AssertionError"):  # unify_kv_cache_spec_page_size's assert
+        out["error"] = "grouping: AssertionError"
+        return out
     if r.error and r.error.startswith("NotImplementedError"):
         # vLLM names the layer by module path, kvscope by decoder index
         msg = re.sub(r"Layer model\.layers\.(\d+)\.[\w.]+:", r"Layer \1:", r.error.partition(": ")[2])
         out["error"] = "grouping: " + msg
         return out
     if r.groups is not None:
-        mla_full = c.attention == "mla"
-        out["groups"] = [(layers, "mla" if (k == "FullAttentionSpec" and mla_full) else _ENGINE_KIND[k], bs, page)
-                         for layers, k, bs, page in r.groups]
+        out["groups"] = [_group_row(layers, spec, c.attention == "mla") for layers, spec in r.groups]
     elif not r.error:
         out["groups"] = []
     out["error"] = r.error.split(": ", 1)[1] if r.error else None
@@ -339,13 +382,9 @@ def _engine_groups(e, c: KVCase) -> Optional[List[Tuple[Any, ...]]]:
             glob = e.planning.get_kv_cache_groups(cfg, named)
         else:
             return None  # 0.10: grouping only inside get_kv_cache_config, after the check
-    except (ValueError, NotImplementedError):
+    except (ValueError, NotImplementedError, AssertionError):
         return None
-    mla_full = c.attention == "mla"
-    return [(tuple(idx[n] for n in g.layer_names),
-             "mla" if (type(g.kv_cache_spec).__name__ == "FullAttentionSpec" and mla_full)
-             else _ENGINE_KIND[type(g.kv_cache_spec).__name__], g.kv_cache_spec.block_size,
-             g.kv_cache_spec.page_size_bytes) for g in glob]
+    return [_group_row(tuple(idx[n] for n in g.layer_names), g.kv_cache_spec, c.attention == "mla") for g in glob]
 
 
 def diff(ours: dict, theirs: dict) -> List[str]:

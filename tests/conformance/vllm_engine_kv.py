@@ -170,16 +170,31 @@ class KVCase:
     mamba_cache_mode: str = "none"
     num_speculative_blocks: int = 0
     num_gpu_blocks_override: Optional[int] = None
+    # draft-model attention layers (EAGLE/MTP) after the decoder layers, on the last PP stage,
+    # with their own geometry: "full" | "sliding"
+    draft_layers: Tuple[str, ...] = ()
+    draft_kv_heads: int = 1
+    draft_head_size: int = 128
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers) + len(self.draft_layers)
+
+    def kind(self, i: int) -> str:
+        return self.layers[i] if i < len(self.layers) else self.draft_layers[i - len(self.layers)]
+
+    def stage_layers(self, r: int) -> range:
+        lo, hi = self.pp_stages[r]
+        return range(lo, self.num_layers if r == len(self.pp_stages) - 1 else hi)
 
     def layer_name(self, i: int) -> str:
-        kind = self.layers[i]
-        return f"model.layers.{i}.{'mixer' if kind == 'mamba' else 'self_attn.attn'}"
+        return f"model.layers.{i}.{'mixer' if self.kind(i) == 'mamba' else 'self_attn.attn'}"
 
 
 @dataclass
 class KVResult:
     page_size_bytes: Dict[int, int]  # per decoder layer, as built (before unification)
-    groups: Optional[List[Tuple[Tuple[int, ...], str, int, int]]] = None  # (layers, kind, block, page)
+    groups: Optional[List[Tuple[Tuple[int, ...], Any]]] = None  # global groups: (layers, spec)
     num_blocks: Optional[int] = None
     tokens: Optional[str] = None  # "GPU KV cache size: N tokens" (N as logged, with commas)
     concurrency: Optional[str] = None  # "Maximum concurrency for L tokens per request: X.XXx" (X.XX)
@@ -336,10 +351,11 @@ class VllmKV:
         return self._mods["vllm.v1.kv_cache_layout"].KVCacheLayout.LBNHC
 
     # -- specs -------------------------------------------------------------------------------------
-    def num_kv_heads(self, c: KVCase) -> int:
-        host = types.SimpleNamespace(use_mla=c.attention == "mla",
-                                     get_total_num_kv_heads=lambda: c.total_num_kv_heads,
-                                     model_arch_config=types.SimpleNamespace(total_num_kv_heads=c.total_num_kv_heads))
+    def num_kv_heads(self, c: KVCase, total: Optional[int] = None, mla: Optional[bool] = None) -> int:
+        total = c.total_num_kv_heads if total is None else total
+        host = types.SimpleNamespace(use_mla=(c.attention == "mla") if mla is None else mla,
+                                     get_total_num_kv_heads=lambda: total,
+                                     model_arch_config=types.SimpleNamespace(total_num_kv_heads=total))
         return self._get_num_kv_heads(host, types.SimpleNamespace(tensor_parallel_size=c.tp))
 
     def mamba_shapes(self, c: KVCase) -> Tuple[Tuple[int, ...], ...]:
@@ -423,6 +439,16 @@ class VllmKV:
                 out[i] = I.MambaSpec(**kw)
             else:
                 raise ValueError(kind)
+        draft: Dict[str, Any] = dict(block_size=c.block_size, head_size=c.draft_head_size, dtype=dtype,
+                                     num_kv_heads=self.num_kv_heads(c, c.draft_kv_heads, mla=False))
+        if old:
+            draft["use_mla"] = False
+        for j, kind in enumerate(c.draft_layers):
+            i = len(c.layers) + j
+            if kind == "full":
+                out[i] = I.FullAttentionSpec(**draft)
+            else:
+                out[i] = I.SlidingWindowSpec(**draft, sliding_window=c.window)
         return out
 
     # -- the planner -------------------------------------------------------------------------------
@@ -431,11 +457,12 @@ class VllmKV:
         specs = self.layer_specs(c)
         res = KVResult(page_size_bytes={i: s.page_size_bytes for i, s in specs.items()})
         cfg = self.vllm_config(c)
-        workers = [{c.layer_name(i): specs[i] for i in range(lo, hi) if i in specs} for lo, hi in c.pp_stages]
+        workers = [{c.layer_name(i): specs[i] for i in c.stage_layers(r) if i in specs}
+                   for r in range(len(c.pp_stages))]
         idx = {c.layer_name(i): i for i in specs}
         try:
             configs = self._configs(cfg, workers, list(c.available))
-        except (ValueError, NotImplementedError) as exc:
+        except (ValueError, NotImplementedError, AssertionError) as exc:
             res.error = f"{type(exc).__name__}: {exc}"
             res.messages = list(self.logger.messages)
             self._checks(c, cfg, workers, res)
@@ -443,8 +470,7 @@ class VllmKV:
         groups = configs[0].kv_cache_groups
         res.num_blocks = configs[0].num_blocks
         glob = self._global_groups
-        res.groups = [(tuple(idx[n] for n in g.layer_names), type(g.kv_cache_spec).__name__,
-                       g.kv_cache_spec.block_size, g.kv_cache_spec.page_size_bytes) for g in glob]
+        res.groups = [(tuple(idx[n] for n in g.layer_names), g.kv_cache_spec) for g in glob]
         if groups and self.v >= (0, 28):
             sched = self.utils.generate_scheduler_kv_cache_config(configs)
             self.utils.update_kv_cache_capacity(cfg, sched)
@@ -523,7 +549,7 @@ class VllmKV:
                                             else P._pool_bytes_per_block(groups))
                         needed.append(P._max_memory_usage_bytes_from_groups(cfg, groups))
                         est.append(P._estimate_max_model_len_from_groups(cfg, groups, a))
-        except (ValueError, NotImplementedError):
+        except (ValueError, NotImplementedError, AssertionError):
             return
         res.needed_bytes = needed
         res.estimated_max_len = est

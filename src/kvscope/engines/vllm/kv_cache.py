@@ -66,6 +66,10 @@ class KVCacheSpec:
     block_size: int
     page_size_bytes: int
     window: int | None = None  # sliding window / attention chunk size
+    # (KV heads per rank, head size, element bytes): vLLM's specs compare every field, so two
+    # attention layers of different shapes never share a group even when block size and page
+    # agree after unification (e.g. a draft model's layers; kv_cache_interface.py @ v0.19.0+)
+    geometry: tuple[int, ...] | None = None
 
     def max_memory_usage_blocks(self, cfg: "SchedulerView") -> int:
         """Blocks one request at ``max_model_len`` holds: ``max_memory_usage_bytes // page``.
@@ -265,16 +269,18 @@ def layer_specs(spec: ModelSpec, layout: CacheLayout) -> dict[int, KVCacheSpec]:
         attn_page = mla_page_size_bytes(bs, spec.kv_lora_rank or 0, spec.qk_rope_head_dim or 0,
                                         layout.kv_dtype_bytes, layout.cache_dtype)
         attn_kind = MLA_ATTN
+        geometry = (1, (spec.kv_lora_rank or 0) + (spec.qk_rope_head_dim or 0), layout.kv_dtype_bytes)
     else:
-        attn_page = attention_page_size_bytes(bs, num_kv_heads_per_rank(spec, layout.tp), spec.head_dim,
-                                              layout.kv_dtype_bytes)
+        heads = num_kv_heads_per_rank(spec, layout.tp)
+        attn_page = attention_page_size_bytes(bs, heads, spec.head_dim, layout.kv_dtype_bytes)
         attn_kind = FULL_ATTN
+        geometry = (heads, spec.head_dim, layout.kv_dtype_bytes)
     for i, kind in enumerate(spec.layer_types):
         if kind == FULL:
-            out[i] = KVCacheSpec(attn_kind, bs, attn_page)
+            out[i] = KVCacheSpec(attn_kind, bs, attn_page, geometry=geometry)
         elif kind == SLIDING:
             out[i] = KVCacheSpec(CHUNKED_LOCAL if layout.is_chunked_local else SLIDING_WINDOW, bs, attn_page,
-                                 window=spec.sliding_window)
+                                 window=spec.sliding_window, geometry=geometry)
         elif kind in (LINEAR, MAMBA):
             page = layout.mamba_page_padded or mamba_page_size_bytes(
                 spec, layout.tp, spec.dtype_bytes, layout.num_speculative_tokens)
