@@ -184,6 +184,9 @@ def cell_size(spec: ModelSpec, v: Version, *, attn_tp: int, kv_bytes: int, kv_fl
     ``layer_ids``: this PP stage's decoder layers. Linear-attention/mamba layers hold no KV.
     ``draft_in_budget`` (>=0.5.14, EAGLE/MTP/STANDALONE): :func:`draft_cell_bytes` is added.
     """
+    if spec.dsv4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator coefficient (deepseek_v4.py)
+        from .deepseek_v4 import cell_size as dsv4_cell_size
+        return dsv4_cell_size(spec, speculative=bool(draft_layers))
     ids = range(spec.num_hidden_layers) if layer_ids is None else layer_ids
     kinds = [spec.layer_types[i] for i in ids]
     n_full = sum(1 for k in kinds if k == "full_attention")

@@ -128,6 +128,9 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                          is_amd=gpu.vendor == "amd")
     backend = resolve_attention_backend(v, spec, gpu, a, context_len)
     page = backend.page_size
+    if spec.dsv4 is not None:  # DeepSeek-V4 overrides: dsv4 backend, page 256, max_running_requests 256
+        from .deepseek_v4 import apply_overrides as dsv4_overrides
+        a, page = dsv4_overrides(a)
     factor = backend.fraction_factor or 1.0
     mfs = d.mem_fraction_static * factor
     kv_name, kv_bytes = mem.kv_cache_dtype(spec, a.kv_cache_dtype)
@@ -212,6 +215,11 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
             sliding_window=spec.sliding_window, draft_bytes=cell.draft_bytes, mem_fraction_static=mfs,
             llama4_chunk_ratio=spec.sliding_window / context_len if llama4 else None)
         tokens, swa_tokens, error = sw.max_total_num_tokens, sw.swa_tokens, sw.error
+    if error is None and spec.dsv4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator (sglang/deepseek_v4.py)
+        from .deepseek_v4 import plan_tokens as dsv4_plan_tokens
+        tokens, swa_tokens, v4_notes, v4_pools = dsv4_plan_tokens(spec, prof.rest_memory_bytes, a, d.chunked_prefill_size)
+        warnings += v4_notes
+        error = v4_pools.error
     if error is None and tokens <= 0:
         error = mem.runtime_error_text(v, mfs)
     starts = error is None
