@@ -552,7 +552,7 @@ def _sglang_runtime_findings(an: Analysis, log: Any, ranks: list, pre: float | N
         an.add(KV_POOL_FULL, WARNING, f"the KV pool filled up at runtime and requests were retracted ({retracts} time(s))",
                [e.evidence for e in log.events["kv_pool_full"][:3]],
                "raise --mem-fraction-static (if the slack allows), add GPUs, or lower --max-running-requests")
-    if kv_obs is None and not failed and not ooms and log.ranks:
+    if kv_obs is None and not failed and not ooms and log.ranks and not log.summary:
         an.add(TRUNCATED, INFO, "the log ends before the KV cache was allocated (truncated, or still starting)", (), None)
 
 

@@ -30,6 +30,7 @@ MAX_EVIDENCE_CHARS = 400
 ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[ -/]*[@-~]")
 PREFIX_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z][A-Z_]*\d+)*)\]")
 TAG_RE = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
+RE_GPU_PREFIX = re.compile(r"\[gpu(?:_id)?=(\d+)\]")
 NUM = r"(-?\d+(?:\.\d+)?)"
 GB = r"\s*Gi?B"
 
@@ -54,7 +55,7 @@ RE_BASELINE = re.compile(r"Memory baseline taken\. mem usage=" + NUM + GB)
 RE_LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=" + NUM + GB)
 RE_LOAD_END = re.compile(
     r"Load weight end\.(?: elapsed=" + NUM + r" s,)?(?: type=(\w+),)?(?: dtype=([\w.]+),)?(.*?)"
-    r"avail mem=" + NUM + GB + r", mem usage=" + NUM + GB
+    r"avail mem=" + NUM + GB + r"(?:, mem usage=" + NUM + GB + ")?"  # no "mem usage" before ~0.4.1 (Dec 2024 logs)
 )
 RE_LOAD_END_COMMITTED = re.compile(r"Load weight end\. Committed real weights")
 RE_KV_ALLOC = re.compile(
@@ -327,6 +328,10 @@ class SglangLogParser:
     def _rank(self, line: str, msg_start: int) -> SglangRank:
         m = PREFIX_RE.search(line, 0, msg_start + 1) if msg_start >= 0 else None
         tags_text = m.group(2).strip() if m else ""
+        if m is None and msg_start >= 0:
+            g = RE_GPU_PREFIX.search(line, 0, msg_start + 1)  # 0.1-0.2 era "[gpu=0] " / "[gpu_id=0] "
+            if g:
+                tags_text = f"TP{g.group(1)}"
         ranks = self.log.ranks
         r = ranks.get(tags_text)
         if r is None:
@@ -591,7 +596,7 @@ class SglangLogParser:
                 rank.loads.append(LoadObs())
             obs = rank.loads[-1]
             obs.end_avail_gib = Figure(float(avail), ev)
-            obs.usage_gib = Figure(float(usage), ev)
+            obs.usage_gib = Figure(float(usage), ev) if usage is not None else None
             obs.model_class = cls
             obs.dtype = dtype
             self._saw_figures = True

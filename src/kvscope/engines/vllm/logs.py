@@ -40,7 +40,8 @@ ENGINE = "vllm"
 NUM = r"(-?\d+(?:\.\d+)?)"
 INT = r"(\d[\d,]*)"
 
-PREFIX_RE = re.compile(r"\(([A-Za-z][\w-]*?) pid=(\d+)(?:, ip=[\w.:-]+)?\)")
+# "(EngineCore_DP0 pid=1)", "(Worker_TP1 pid=2)", "(VllmWorker TP1 pid=3)", "(VllmWorker rank=0 pid=4)", "(RayWorkerWrapper pid=5, ip=…)"
+PREFIX_RE = re.compile(r"\(([A-Za-z][\w-]*?(?: (?:TP|DP|PP|EP)\d+| rank=\d+)*) pid=(\d+)(?:, ip=[\w.:-]+)?\)")
 TAG_RE = re.compile(r"(TP|DP|PP|EP)(\d+)")
 
 TRIGGER_RE = re.compile(
