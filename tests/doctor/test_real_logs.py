@@ -85,6 +85,10 @@ EXPECT: dict[str, dict] = {
                 "rank piecewise CUDA graph mem usage": 2.32, "max_total_num_tokens": 992896},
         decision={"init_mem_usage_bytes": gib(0.09), "free_bytes_at_end": gib(21.22)},
         extra={"chunked_prefill_size": 16384}),
+    "sglang-2468-mistral7b-2024-no-mem-usage": dict(
+        engine="sglang", starts=True, tokens=56524, mrr=2049, codes=[], version_range="<0.5.14,<0.5.3,<0.5.9",
+        model="mistralai/Mistral-7B-Instruct-v0.1", post={0: 9.69}, pool_end={0: 2.44},
+        extra={"context_len": 32768, "max_prefill_tokens": 16384}),
     "sglang-4417-dsv3-2xh100-tp16": dict(
         engine="sglang", starts=None, tokens=None, weights_gib=40.46, codes=["log-truncated", "unbalanced-ranks"],
         version_range="<0.5.9", post={0: 35.52, 7: 36.63}, pool_end={0: 16.08, 5: 16.07, 6: 17.18}),
