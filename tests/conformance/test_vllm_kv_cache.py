@@ -169,6 +169,8 @@ def gen_case(rng: random.Random, version: str) -> KVCase:
     if mix != "mla" and rng.random() < 0.2:
         c = _with_draft(rng, c, v)
     c = replace(c, available=tuple(_available(rng, c, version) for _ in pp))
+    if v >= (0, 14) and rng.random() < 0.15:  # --max-model-len -1: auto-fit (case max_model_len = derived)
+        c = replace(c, auto_fit=True)
     if rng.random() < 0.1:  # --num-gpu-blocks-override
         c = replace(c, num_gpu_blocks_override=rng.choice([1, 2, 100, 4096, rng.randint(1, 10 ** 6)]))
     return c
@@ -308,10 +310,14 @@ def kvscope_side(c: KVCase, version: str) -> dict:
     plans = [kvc.make_plan(kvc.project_to_worker(groups, set(c.stage_layers(r))), padding)
              for r in range(len(c.pp_stages))]
     res = kvc.kv_cache_configs(plans, list(c.available), scheduler_view(c), traits,
-                               num_gpu_blocks_override=c.num_gpu_blocks_override, cache_block_size=c.block_size)
+                               num_gpu_blocks_override=c.num_gpu_blocks_override, cache_block_size=c.block_size,
+                               auto_fit=c.auto_fit)
     out["error"] = res.error
+    out["max_model_len"] = res.max_model_len
+    if res.error == kvc.AUTO_FIT_ERROR:
+        return out
     out["needed"] = list(res.needed_memory_bytes)
-    cfg = kvc.scheduler_view_for(scheduler_view(c), traits)
+    cfg = kvc.scheduler_view_for(scheduler_view(c), traits).with_max_model_len(res.max_model_len)
     legacy = not args_mod.parse_version(version) >= args_mod.parse_version("0.14")
     out["estimated"] = [kvc.estimate_max_model_len(m, p, cfg, per_layer=legacy)
                         for p, m in zip(plans, res.check_memory_bytes) if p.groups]
@@ -361,6 +367,9 @@ def engine_side(c: KVCase, version: str) -> dict:
     if r.error and "groups" not in out:
         # the check raised before/while planning: recompute the grouping alone for the comparison
         out["groups"] = _engine_groups(e, c)
+    out["max_model_len"] = r.max_model_len
+    if r.error and "Cannot auto-fit" in r.error:
+        return out
     out["needed"] = r.needed_bytes
     out["estimated"] = r.estimated_max_len
     if not r.error:
@@ -389,7 +398,8 @@ def _engine_groups(e, c: KVCase) -> Optional[List[Tuple[Any, ...]]]:
 
 def diff(ours: dict, theirs: dict) -> List[str]:
     out = []
-    for key in ("pages", "groups", "error", "needed", "estimated", "num_blocks", "tokens", "concurrency"):
+    for key in ("pages", "groups", "error", "max_model_len", "needed", "estimated", "num_blocks", "tokens",
+                "concurrency"):
         if key not in theirs and key not in ours:
             continue
         a, b = ours.get(key), theirs.get(key)

@@ -175,6 +175,7 @@ class KVCase:
     draft_layers: Tuple[str, ...] = ()
     draft_kv_heads: int = 1
     draft_head_size: int = 128
+    auto_fit: bool = False  # --max-model-len -1 (original_max_model_len == -1), 0.14+
 
     @property
     def num_layers(self) -> int:
@@ -201,6 +202,7 @@ class KVResult:
     needed_bytes: Optional[List[int]] = None  # per worker, _max_memory_usage_bytes(_from_groups)
     estimated_max_len: Optional[List[int]] = None  # per worker, at its available (check) memory
     error: Optional[str] = None  # "ValueError: ..." / "NotImplementedError: ..."
+    max_model_len: Optional[int] = None  # model_config.max_model_len after get_kv_cache_configs (auto-fit)
     messages: List[Tuple[str, str]] = field(default_factory=list)
 
 
@@ -327,7 +329,7 @@ class VllmKV:
 
     # -- config ------------------------------------------------------------------------------------
     def vllm_config(self, c: KVCase) -> Any:
-        model = _Strict(max_model_len=c.max_model_len, original_max_model_len=c.max_model_len,
+        model = _Strict(max_model_len=c.max_model_len, original_max_model_len=-1 if c.auto_fit else c.max_model_len,
                         use_mla=c.attention == "mla", supports_kv_cache_grouping=False)
         sched = _Strict(max_num_batched_tokens=c.max_num_batched_tokens, disable_hybrid_kv_cache_manager=False,
                         max_num_encoder_input_tokens=0)
@@ -465,6 +467,8 @@ class VllmKV:
         except (ValueError, NotImplementedError, AssertionError) as exc:
             res.error = f"{type(exc).__name__}: {exc}"
             res.messages = list(self.logger.messages)
+            # (v0.10/v0.11 estimate_max_model_len leaves its last probe in max_model_len)
+            res.max_model_len = cfg.model_config.max_model_len if self.v >= (0, 14) else c.max_model_len
             self._checks(c, cfg, workers, res)
             return res
         groups = configs[0].kv_cache_groups
@@ -475,6 +479,7 @@ class VllmKV:
             sched = self.utils.generate_scheduler_kv_cache_config(configs)
             self.utils.update_kv_cache_capacity(cfg, sched)
         res.messages = list(self.logger.messages)
+        res.max_model_len = cfg.model_config.max_model_len
         for _, msg in res.messages:
             m = _TOKENS.search(msg)
             if m and res.tokens is None:
@@ -513,6 +518,8 @@ class VllmKV:
         needed: List[int] = []
         est: List[int] = []
         cfg = self.vllm_config(c)  # v0.10/v0.11 estimate_max_model_len leaves max_model_len changed
+        if res.max_model_len is not None:  # after auto-fit
+            cfg.model_config.max_model_len = res.max_model_len
         try:
             if self.v < (0, 19):
                 for w, a in zip(workers, c.available):

@@ -506,13 +506,18 @@ class KVCacheConfigs:
     max_concurrency: float  # "Maximum concurrency for L tokens per request: X.XXx"
     needed_memory_bytes: tuple[int, ...]  # per worker with layers, as the admission check computes it
     check_memory_bytes: tuple[int, ...]  # per worker with layers: available (- 1 null block from v0.30)
-    error: str | None  # the admission check's ValueError text
+    error: str | None  # the admission check's (or auto-fit's) ValueError text
     estimated_max_model_len: int | None  # in the error (None when the check passed)
+    max_model_len: int  # after auto-fit (``--max-model-len -1``, v0.14+)
+
+
+AUTO_FIT_ERROR = ("Cannot auto-fit max_model_len: not enough GPU memory available "
+                  "to serve even a single token. Try increasing `gpu_memory_utilization`.")
 
 
 def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int], cfg: SchedulerView,
                      traits: VersionTraits, num_gpu_blocks_override: int | None = None,
-                     cache_block_size: int | None = None) -> KVCacheConfigs:
+                     cache_block_size: int | None = None, auto_fit: bool = False) -> KVCacheConfigs:
     """``get_kv_cache_configs`` over one DP engine's workers (one plan per PP stage), in the
     release's order:
 
@@ -527,6 +532,10 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
       the projected groups (padding included), min over workers, capacity from the min;
     * v0.30+ (kv_cache_planning.py @ v0.33.0): the check runs on ``available - bytes_per_block``
       (the BlockPool's null block).
+
+    ``auto_fit`` (``--max-model-len -1``, v0.14+): before the check, ``_auto_fit_max_model_len``
+    lowers ``max_model_len`` to the smallest per-worker ``estimate_max_model_len`` (on the
+    memory the check uses) or raises :data:`AUTO_FIT_ERROR` when not one token fits.
     """
     cfg = scheduler_view_for(cfg, traits)
     legacy = not _at_least(traits, "0.14")
@@ -539,6 +548,15 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
     checked: list[int] = []
     error = None
     estimated = None
+    if auto_fit and any(p.groups for p in plans):
+        fit = min([cfg.max_model_len] + [estimate_max_model_len(m, p, cfg) for p, m in zip(plans, check)
+                                         if p.groups])
+        if fit <= 0:
+            return KVCacheConfigs(num_blocks=0, kv_cache_tokens=0, max_concurrency=0.0, needed_memory_bytes=(),
+                                  check_memory_bytes=tuple(m for p, m in zip(plans, check) if p.groups),
+                                  error=AUTO_FIT_ERROR, estimated_max_model_len=None,
+                                  max_model_len=cfg.max_model_len)
+        cfg = cfg.with_max_model_len(fit)
     for p, m in zip(plans, check):
         if not p.groups:
             continue
@@ -571,7 +589,7 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
         conc = max_concurrency(shown, plan0, cfg)
     return KVCacheConfigs(num_blocks=blocks, kv_cache_tokens=tokens, max_concurrency=conc,
                           needed_memory_bytes=tuple(needed), check_memory_bytes=tuple(checked),
-                          error=error, estimated_max_model_len=estimated)
+                          error=error, estimated_max_model_len=estimated, max_model_len=cfg.max_model_len)
 
 
 def format_gib(n: int | float) -> str:
