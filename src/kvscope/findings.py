@@ -424,7 +424,9 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
 
     _sglang_capacity_findings(an, log, flags, pre, post, tokens, cell_est, kv_obs, failed)
     _sglang_rank_findings(an, log, pre_by_rank)
-    reached_init = any(r.loads or r.init_mem_usage_gib for r in ranks)
+    # the auto-disable warning is printed inside "Init torch distributed": only a log that holds the end of
+    # that step (not an excerpt that starts at the weights) can show its absence
+    reached_init = any(r.init_mem_usage_gib for r in ranks)
     custom_allreduce_forced(an, log, flags, tp, reached_init, "sglang")
     _sglang_runtime_findings(an, log, ranks, pre, kv_obs, failed, mfs)
     return an
@@ -735,7 +737,10 @@ def analyze_vllm(log: Any, version: str | None, spec_range: str) -> Analysis:  #
 
     _vllm_failure_findings(an, log, flags, util, total, avail, tokens, block, mml, ev_avail)
     _vllm_other_findings(an, log, workers, profiles, util, cg_applied, version, spec_range)
-    reached_init = any(w.weights_gib is not None or w.profile_weights_gib is not None for w in workers)
+    # vLLM warns while creating the communicators, after the config lines and before the weights: a log with
+    # both ends of that window
+    reached_init = bool(log.non_default_args or log.engine_config or log.launch_flags) and any(
+        w.weights_gib is not None or w.profile_weights_gib is not None for w in workers)
     custom_allreduce_forced(an, log, flags, as_int(flags.get("tensor_parallel_size")), reached_init, "vllm")
     return an
 
