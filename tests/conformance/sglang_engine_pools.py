@@ -676,6 +676,17 @@ def env_default(src: EngineSource, name: str) -> Any:
     raise loader.StandInMissing(f"{src.label}: environ.py declares no {name}")
 
 
+def _env_defaults(src: EngineSource, names: List[str]) -> Dict[str, Any]:
+    """The declared defaults among ``names`` (a release that lacks one never reads it)."""
+    out: Dict[str, Any] = {}
+    for name in names:
+        try:
+            out[name] = env_default(src, name)
+        except loader.StandInMissing:
+            pass
+    return out
+
+
 @dataclass(frozen=True)
 class ProfileMMCase:
     pre_model_load_gib: float
@@ -816,6 +827,12 @@ class SWACase:
     llama4_chunk: Optional[int] = None  # Llama-4 attention_chunk_size (0.5.6's own formula)
     context_len: int = 131072
     mem_fraction_static: float = 0.88
+    # the SWA request-cap configurators (radix cache off + --max-running-requests, 0.5.14+)
+    disable_radix_cache: bool = False
+    max_running_requests: Optional[int] = None
+    chunked_prefill_size: Optional[int] = 8192
+    dp_size: int = 1
+    enable_dp_attention: bool = False
 
 
 @dataclass
@@ -836,6 +853,8 @@ def swa_members(version: str) -> tuple:
                 "sglang/srt/model_executor/pool_configurator.py"]
     else:
         out += ["sglang/srt/mem_cache/kv_cache_configurator.py", "sglang/srt/model_executor/pool_configurator.py"]
+    if v >= (0, 5, 11):
+        out.append("sglang/srt/environ.py")
     return tuple(out)
 
 
@@ -866,31 +885,26 @@ def _swa(self: SGLangPools, c: SWACase) -> SWAResult:
     mc = _swa_model_config(self, c, fns)
     dtype = _Dtype({1: "float8_e4m3fn", 2: "bfloat16", 4: "float32"}[c.kv_bytes], c.kv_bytes)
     sa = types.SimpleNamespace(
-        kv_cache_dtype="auto", max_running_requests=None, max_total_tokens=c.max_total_tokens,
+        kv_cache_dtype="auto", max_running_requests=c.max_running_requests, max_total_tokens=c.max_total_tokens,
         page_size=c.page_size, speculative_algorithm=None, speculative_num_draft_tokens=None,
         max_speculative_num_draft_tokens=None, speculative_adaptive=False, disaggregation_mode="null",
-        enable_memory_saver=False, mem_fraction_static=c.mem_fraction_static, disable_radix_cache=False,
-        enable_dp_attention=False, dp_size=1, swa_full_tokens_ratio=c.swa_full_tokens_ratio,
-        chunked_prefill_size=8192)
+        enable_memory_saver=False, mem_fraction_static=c.mem_fraction_static,
+        disable_radix_cache=c.disable_radix_cache, enable_dp_attention=c.enable_dp_attention, dp_size=c.dp_size,
+        swa_full_tokens_ratio=c.swa_full_tokens_ratio, chunked_prefill_size=c.chunked_prefill_size,
+        disable_overlap_schedule=False)
     if self.v < (0, 5, 11):
         return _swa_classic(self, c, fns, mc, dtype, sa)
+    attn_dp = c.dp_size if c.enable_dp_attention else 1
     host = types.SimpleNamespace(
         server_args=sa, model_config=mc, kv_cache_dtype=dtype, kv_cache_dtype_str="auto", mambaish_config=None,
-        pp_size=1, dp_size=1, attn_dp_size=1, is_hybrid_swa=True, sliding_window_size=c.sliding_window,
+        pp_size=1, dp_size=attn_dp, attn_dp_size=attn_dp, ps=types.SimpleNamespace(attn_dp_size=attn_dp),
+        is_hybrid_swa=True, sliding_window_size=c.sliding_window,
         page_size=c.page_size, spec_algorithm=SpecAlgo(None), is_draft_worker=False,
         layer_info=types.SimpleNamespace(full_attention_layer_ids=mc.full_attention_layer_ids,
                                          swa_attention_layer_ids=mc.swa_attention_layer_ids))
     host.fused_entry_bytes = lambda name: None
     host._profile_available_bytes = lambda pre: c.available_bytes
-    conf_cls = fns["HybridSWAPoolConfigurator"]
-    fns["_current_conf"] = None
-
-    def create(mr: Any) -> Any:  # create_memory_pool_configurator: a hybrid SWA model, radix cache on
-        conf = conf_cls.__new__(conf_cls)
-        conf.__init__(mr)
-        return conf
-
-    fns["_create"][0] = create
+    fns["_create"][0] = fns["create_memory_pool_configurator"]
     for name in ("_apply_token_constraints", "_resolve_max_num_reqs", "resolve_max_num_reqs", "config_from_budget"):
         if name in fns:
             setattr(host, name, types.MethodType(fns[name], host))
@@ -937,6 +951,18 @@ def _swa_classic(self: SGLangPools, c: SWACase, fns: Dict[str, Any], mc: Any, dt
     return SWAResult(runner.max_total_num_tokens, runner.full_max_total_num_tokens, runner.swa_max_total_num_tokens)
 
 
+def _with_parent_init(init: Any, parent: type) -> Any:
+    """Run an extracted ``__init__`` whose ``super().__init__(...)`` has no ``__class__`` cell."""
+    src_globals = init.__globals__
+
+    def wrapped(obj: Any, *a: Any, **k: Any) -> Any:
+        src_globals["super"] = lambda *args: types.SimpleNamespace(
+            __init__=lambda *pa, **pk: parent.__init__(obj, *pa, **pk))
+        return init(obj, *a, **k)
+
+    return wrapped
+
+
 def _compile_swa(self: SGLangPools) -> Dict[str, Any]:
     torch = fake_torch()
     torch._utils = types.SimpleNamespace(_element_size=lambda d: d.itemsize)
@@ -978,9 +1004,15 @@ def _compile_swa(self: SGLangPools) -> Dict[str, Any]:
                                                             attn_dp_size=1, pp_size=1),
                  get_schedule=lambda: types.SimpleNamespace(
                      swa_full_tokens_ratio=c().swa_full_tokens_ratio, page_size=c().page_size,
-                     max_total_tokens=c().max_total_tokens, max_running_requests=None,
-                     mem_fraction_static=c().mem_fraction_static, max_mamba_cache_size=None),
-                 get_memory=lambda: types.SimpleNamespace(enable_unified_memory=False, disable_radix_cache=False))
+                     max_total_tokens=c().max_total_tokens, max_running_requests=c().max_running_requests,
+                     mem_fraction_static=c().mem_fraction_static, max_mamba_cache_size=None,
+                     chunked_prefill_size=c().chunked_prefill_size, disable_overlap_schedule=False),
+                 get_memory=lambda: types.SimpleNamespace(enable_unified_memory=False,
+                                                          disable_radix_cache=c().disable_radix_cache),
+                 get_spec=lambda: types.SimpleNamespace(speculative_algorithm=None, speculative_num_draft_tokens=None),
+                 get_disagg=lambda: types.SimpleNamespace(disaggregation_mode="null"),
+                 envs=_Env(_env_defaults(self.src, ["SGLANG_SWA_EVICTION_INTERVAL"])),
+                 ceil_align=lambda x, y: -(-x // y) * y, is_deepseek_v4=lambda hf: False)
     cls_names = [n for n in ("__init__", "_full_cell_bytes", "_swa_cell_bytes", "_recompute_cell_size",
                              "_solve_pool_sizes", "_make_pool_config", "calculate_pool_sizes",
                              "calculate_pool_sizes_from_max_tokens")
@@ -992,7 +1024,28 @@ def _compile_swa(self: SGLangPools) -> Dict[str, Any]:
     for base in ("validate_swa_pool_size", "finalize_with_max_running_requests"):  # inherited from the base class
         if loader.has_def(text, self.origin(pc), f"MemoryPoolConfigurator.{base}"):
             methods.update(loader.compile_defs(text, self.origin(pc), [f"MemoryPoolConfigurator.{base}"], {}))
-    out["HybridSWAPoolConfigurator"] = type("HybridSWAPoolConfigurator", (), methods)
+    hybrid = type("HybridSWAPoolConfigurator", (), methods)
+    out["HybridSWAPoolConfigurator"] = hybrid
+    classes = {"HybridSWAPoolConfigurator": hybrid}
+    if loader.has_def(text, self.origin(pc), "compute_swa_request_cap"):
+        stand["compute_swa_request_cap"] = loader.compile_defs(text, self.origin(pc), ["compute_swa_request_cap"],
+                                                               stand)["compute_swa_request_cap"]
+    for cap_name in ("SWAChunkCapPoolConfigurator", "SWARequestCapPoolConfigurator"):
+        names = [n for n in ("__init__", "is_applicable", "calculate_pool_sizes",
+                             "calculate_pool_sizes_from_max_tokens")
+                 if loader.has_def(text, self.origin(pc), f"{cap_name}.{n}")]
+        if names:
+            cap_methods = loader.compile_defs(text, self.origin(pc), [f"{cap_name}.{n}" for n in names],
+                                              dict(stand, HybridSWAPoolConfigurator=hybrid))
+            init = cap_methods.get("__init__")
+            if init is not None:  # super().__init__ needs the class cell: call the parent explicitly
+                cap_methods["__init__"] = _with_parent_init(init, hybrid)
+            classes[cap_name] = type(cap_name, (hybrid,), cap_methods)
+    unused = lambda *a, **k: _not_called()  # noqa: E731  (DSV4 / Default: not a hybrid SWA model here)
+    out["create_memory_pool_configurator"] = loader.compile_defs(
+        text, self.origin(pc), ["create_memory_pool_configurator"],
+        dict(stand, DSV4PoolConfigurator=unused, DefaultPoolConfigurator=unused, **classes),
+    )["create_memory_pool_configurator"]
     modules = {"sglang.srt.model_executor.pool_configurator": types.SimpleNamespace(
         create_memory_pool_configurator=lambda mr: create_box[0](mr), MemoryPoolConfig=mpc)}
     if self.v < (0, 5, 18):

@@ -321,6 +321,7 @@ def gen_swa(rng: random.Random, version: str) -> SWACase:
     same = classic_06 or rng.random() < 0.5
     v_head = head_dim if classic_06 else rng.choice([head_dim, head_dim, 128])
     llama4 = classic_06 and rng.random() < 0.3
+    dp = rng.choice([1, 1, 2, 4, 8])
     ctx = rng.choice([8192, 131072, 1_048_576, 10_485_760])
     return SWACase(
         available_bytes=rng.choice([rng.randint(0, 1 << 30), rng.randint(1 << 30, 150 << 30)]),
@@ -334,7 +335,11 @@ def gen_swa(rng: random.Random, version: str) -> SWACase:
         sliding_window=rng.choice([128, 512, 1024, 4096, 8192, 32768]),
         max_total_tokens=cases.maybe(rng, 0.2, rng.randint(1, 2_000_000)),
         llama4_chunk=rng.choice([8192, 16384]) if llama4 else None, context_len=ctx,
-        mem_fraction_static=rng.choice([0.88, round(rng.uniform(0.3, 0.95), 3)]))
+        mem_fraction_static=rng.choice([0.88, round(rng.uniform(0.3, 0.95), 3)]),
+        disable_radix_cache=rng.random() < 0.4,
+        max_running_requests=cases.maybe(rng, 0.6, rng.choice([1, 8, 64, 256, 1024, rng.randint(1, 4000)])),
+        chunked_prefill_size=rng.choice([None, -1, 2048, 8192, 8192, 16384, rng.randint(1, 40000)]),
+        dp_size=dp, enable_dp_attention=dp > 1 and rng.random() < 0.6)
 
 
 def _mha_spec(c: SWACase, heads: int, head_dim: int, v_head_dim: int):
@@ -357,7 +362,9 @@ def kvscope_swa(version: str, c: SWACase):
         swa_layer_bytes=swa, num_swa_layers=c.layer_kinds.count("S"), page_size=c.page_size,
         ratio=c.swa_full_tokens_ratio, max_total_tokens=c.max_total_tokens, sliding_window=c.sliding_window,
         llama4_chunk_ratio=c.llama4_chunk / c.context_len if c.llama4_chunk else None,
-        mem_fraction_static=c.mem_fraction_static)
+        mem_fraction_static=c.mem_fraction_static, disable_radix_cache=c.disable_radix_cache,
+        max_running_requests=c.max_running_requests, chunked_prefill_size=c.chunked_prefill_size,
+        attn_dp_size=c.dp_size if c.enable_dp_attention else 1)
     if p.error is not None:
         return None, None, None, p.error
     return p.max_total_num_tokens, p.full_tokens, p.swa_tokens, None
@@ -379,7 +386,7 @@ def test_hybrid_swa_split(version, multiplier):
         if ours != theirs:
             bad.append((c, ours, theirs))
     count_cases("sglang", version, "hybrid SWA split: full/swa pool tokens (+ratio, page, cap, all-SWA, "
-                "Llama-4 0.5.6, validate_swa_pool_size)", n)
+                "Llama-4 0.5.6, validate_swa_pool_size, SWA request-cap configurators 0.5.14+)", n)
     assert not bad, (f"sglang {version}: {len(bad)}/{n} differ (max_total, full, swa, error); first: "
                      + "; ".join(f"{c} kvscope={o} engine={t}" for c, o, t in bad[:3]))
 

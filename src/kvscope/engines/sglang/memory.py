@@ -498,7 +498,9 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
                      swa_layer_bytes: int, num_swa_layers: int, page_size: int, ratio: float,
                      max_total_tokens: int | None = None, sliding_window: int | None = None,
                      llama4_chunk_ratio: float | None = None, draft_bytes: int = 0,
-                     mem_fraction_static: float = 0.0) -> SWAPools:
+                     mem_fraction_static: float = 0.0, disable_radix_cache: bool = False,
+                     max_running_requests: int | None = None, chunked_prefill_size: int | None = None,
+                     attn_dp_size: int = 1, swa_eviction_interval: int = 128) -> SWAPools:
     """The hybrid sliding-window split, per release. F/S = bytes per token per full/SWA layer,
     r = ``--swa-full-tokens-ratio``; ``available_bytes`` = the profile's ``int(rest × 2^30)``.
 
@@ -516,6 +518,14 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
       ``swa = int(full r) // page · page``; a ``--max-total-tokens`` cap re-solves from the capped full.
       All-SWA models: ``swa = int(bytes // (S ns)) // page · page``. From 0.5.18 (inline; a method @ v0.5.23)
       ``validate_swa_pool_size`` raises when ``sliding_window + page >= swa``.
+    * 0.5.14+ with the radix cache off and ``--max-running-requests`` set (``SWAChunkCapPoolConfigurator``
+      @ v0.5.14 l.339 / @ v0.5.18 l.598, ``SWARequestCapPoolConfigurator`` + ``compute_swa_request_cap``
+      @ v0.5.23 l.924): the SWA pool is the worst case of the running requests,
+      ``cap = (window + eviction_interval + page + page) · (running // dp) + 2 · chunk + page``
+      (``max(1, …)`` and ``chunk > 0`` required after 0.5.20), ``swa = ceil(cap / page) · page``, and the
+      rest of the budget goes to the full pool: ``full = int((bytes − swa S ns) // (F nf)) // page · page``
+      (RuntimeError when <= 0); a cap re-solve keeps swa ``min(swa, T)``. No speculative decoding here
+      (its decode reservation is not modelled), overlap schedule on, not a PD decode node.
     """
     F, nf, S, ns = full_layer_bytes, num_full_layers, swa_layer_bytes, num_swa_layers
 
@@ -561,6 +571,27 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
                 f"--swa-full-tokens-ratio or the total KV budget."))
         return SWAPools(full_, full_, swa_, None if full_ > 0 else runtime_error_text(v, mem_fraction_static))
 
+    if _swa_request_cap_applies(v, nf, sliding_window, disable_radix_cache, max_running_requests,
+                                chunked_prefill_size):
+        n = max_running_requests // attn_dp_size
+        if v > Version("0.5.20"):
+            n = max(1, n)
+        per_request = sliding_window + swa_eviction_interval * 1 + page_size + page_size
+        cap = per_request * n + 2 * chunked_prefill_size + page_size
+        swa = -(-cap // page_size) * page_size
+        fixed = swa * S * ns
+        full = int((available_bytes - fixed) // (F * nf)) // page_size * page_size
+        if full <= 0:
+            return SWAPools(full, full, swa, (
+                f"RuntimeError: SWA pool cap ({swa} tokens, {fixed / (1 << 30):.2f} GiB) leaves no room for the "
+                f"full KV pool within the available {available_bytes / (1 << 30):.2f} GiB. Reduce "
+                f"--max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, or increase --mem-fraction-static."))
+        if max_total_tokens is not None and max_total_tokens < full:
+            capped_full = round_to_page(max_total_tokens, page_size)
+            return SWAPools(capped_full, capped_full, min(swa, max_total_tokens),
+                            None if capped_full > 0 else runtime_error_text(v, mem_fraction_static))
+        return SWAPools(full, full, swa)
+
     cell = S * ns if nf == 0 else F * nf + ratio * S * ns + draft_bytes
     first = solve(int(available_bytes // cell))
     if first.error is not None:
@@ -568,6 +599,17 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
     if max_total_tokens is not None and max_total_tokens < first.max_total_num_tokens:
         return solve(max_total_tokens)
     return first
+
+
+def _swa_request_cap_applies(v: Version, nf: int, sliding_window: int | None, disable_radix_cache: bool,
+                             max_running_requests: int | None, chunked_prefill_size: int | None) -> bool:
+    """``SWAChunkCapPoolConfigurator.is_applicable`` (@ v0.5.14/0.5.18) / ``SWARequestCapPoolConfigurator``
+    (@ v0.5.23: also needs ``chunked_prefill_size > 0``)."""
+    if not at_least(v, "0.5.14") or max_running_requests is None or not disable_radix_cache:
+        return False
+    if chunked_prefill_size is None or (v > Version("0.5.20") and chunked_prefill_size <= 0):
+        return False
+    return sliding_window is not None and nf > 0
 
 
 def _attn_dp_requested(v: Version, max_running_requests: int, attn_dp_size: int) -> int:

@@ -213,7 +213,9 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
             num_full_layers=cell.num_full_layers, swa_layer_bytes=cell.swa_layer_bytes or cell.full_layer_bytes,
             num_swa_layers=cell.num_swa_layers, page_size=page, ratio=0.8, max_total_tokens=a.max_total_tokens,
             sliding_window=spec.sliding_window, draft_bytes=cell.draft_bytes, mem_fraction_static=mfs,
-            llama4_chunk_ratio=spec.sliding_window / context_len if llama4 else None)
+            llama4_chunk_ratio=spec.sliding_window / context_len if llama4 else None,
+            disable_radix_cache=a.disable_radix_cache, max_running_requests=a.max_running_requests,
+            chunked_prefill_size=d.chunked_prefill_size, attn_dp_size=a.attn_dp_size)
         tokens, swa_tokens, error = sw.max_total_num_tokens, sw.swa_tokens, sw.error
     if error is None and spec.dsv4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator (sglang/deepseek_v4.py)
         from .deepseek_v4 import plan_tokens as dsv4_plan_tokens
