@@ -135,11 +135,12 @@ def test_llama33_weights_per_rank_tp4():
     assert 141_107_412_992 // 4 <= w.per_rank_bytes < 141_107_412_992 // 4 + 2_000_000
 
 
-def test_deepseek_v4_flash_is_flagged_as_unknown_architecture():
-    """DeepSeek-V4's compressed sparse attention (compress_ratios, hc_mult, 512-wide single KV head) and FP4 experts
-    are not modelled: kvscope must say it read the config as a generic decoder, not size it silently."""
+def test_deepseek_v4_flash_is_modelled():
+    """DeepSeek-V4's compressed sparse attention (compress_ratios, 512-wide single latent, SWA ring) and FP4
+    experts are modelled since ModelSpec.dsv4 (engines/{vllm,sglang}/deepseek_v4.py; tests/model/test_deepseek_v4.py):
+    the config is no longer read as a generic decoder."""
     spec, src = load_spec("deepseek-ai/DeepSeek-V4-Flash")
     assert src.config["model_type"] == "deepseek_v4" and len(src.config["compress_ratios"]) == 44
     assert (spec.num_hidden_layers, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim) == (43, 64, 1, 512)
-    assert any("unknown model_type 'deepseek_v4'" in a for a in spec.assumed)
-    assert any("intermediate_size missing" in a for a in spec.assumed)
+    assert spec.dsv4 is not None and len(spec.dsv4.compress_ratios) == 43
+    assert not spec.assumed

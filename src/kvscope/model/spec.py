@@ -39,6 +39,7 @@ KNOWN_MODEL_TYPES = frozenset({
     "qwen3_vl_text", "qwen3_vl_moe_text", "qwen2_5_vl_text", "qwen2_vl_text",
     "mistral3", "pixtral", "glm4", "cohere", "starcoder2", "olmo2", "ernie4_5", "ernie4_5_moe",
     "qwen3_5", "qwen3_5_moe", "kimi_linear", "nemotron", "granite", "exaone",
+    "deepseek_v4",  # compressed/SWA attention: ModelSpec.dsv4, engines/{vllm,sglang}/deepseek_v4.py
 })
 MLA_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa", "kimi_linear"})
 
@@ -494,6 +495,8 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
     moe = _moe(text)
     ffn = _ffn_types(text, moe, window_types)
     intermediate = _int(text, "intermediate_size", required=False)
+    if intermediate is None and dsv4 is not None and moe is not None:
+        intermediate = moe.moe_intermediate_size  # DeepSeek-V4: every layer is MoE (no dense MLP)
     if intermediate is None:
         intermediate = _first(text, "intermediate_size_mlp", "ffn_hidden_size") or 4 * hidden
         assumed.append(f"intermediate_size missing: assumed {intermediate}")
