@@ -339,6 +339,10 @@ def notes(spec: ModelSpec, a) -> list[str]:
     if a.kv_cache_dtype in ("auto", "fp8", "fp8_e4m3"):
         out.append(f"--kv-cache-dtype {a.kv_cache_dtype}: modelled as fp8_ds_mla (FlashMLA-layout backends); "
                    "the SM120 FlashInfer plain-row path stores bf16 / per-tensor fp8 rows instead")
+    n = num_draft_layers(spec, a.speculative_method)
+    if n:
+        out.append(f"DeepSeek-V4 {a.speculative_method}: the draft's {n} SWA-only layer(s) are in the KV layout; "
+                   "the draft weights follow the speculative warning")
     return out
 
 
