@@ -312,13 +312,20 @@ def _version(printed: str | None, spec: str) -> tuple[str | None, dict[str, Any]
         return printed, {"engine_version_source": "printed"}
     if spec:
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import Version
 
         try:
-            SpecifierSet(spec)
+            s = SpecifierSet(spec)
+        except InvalidSpecifier:
+            return None, extra
+        # a range no release satisfies (an edited or mixed log): say so instead of reporting it
+        grid = [Version(f"0.{minor}.{patch}") for minor in range(1, 40) for patch in range(0, 30)]
+        if any(v in s for v in grid):
             extra["engine_version_range"] = spec
             extra["engine_version_source"] = "inferred from log line formats"
-        except InvalidSpecifier:
-            pass
+        else:
+            extra["engine_version_conflict"] = spec
+            extra["engine_version_source"] = "log line formats disagree (edited or mixed log)"
     return None, extra
 
 

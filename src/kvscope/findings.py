@@ -114,7 +114,7 @@ class Analysis:
     fix: list[tuple[str, Any, str]] = field(default_factory=list)
 
     def add(self, code: str, severity: str, message: str, evidence: Any = (), fix: str | None = None) -> None:
-        ev = tuple(e for e in (evidence if isinstance(evidence, (list, tuple)) else (evidence,)) if e)
+        ev = tuple(dict.fromkeys(e for e in (evidence if isinstance(evidence, (list, tuple)) else (evidence,)) if e))
         self.findings.append(Finding(code, severity, message, ev, fix))
 
     def check(self, name: str, printed: Any, recomputed: Any, agrees: bool, how: str, evidence: Any = ()) -> None:
@@ -297,6 +297,9 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
         if negative:
             parts.append(f"(profiled max_total_num_tokens = {negative[0].values['profiled']:,})")
         used_mfs = mfs if mfs is not None else next((e.values.get("mem_fraction_static") for e in fail_events if e.values.get("mem_fraction_static")), None)
+        if mfs is None and used_mfs is not None:
+            an.extra["mem_fraction_static"] = used_mfs
+            an.extra["mem_fraction_static_source"] = "error message"
         if pre is not None and post is not None and used_mfs is not None:
             slack = pre * (1 - used_mfs)
             if post - mm <= slack:

@@ -89,6 +89,11 @@ EXPECT: dict[str, dict] = {
         engine="sglang", starts=True, tokens=56524, mrr=2049, codes=[], version_range="<0.5.14,<0.5.3,<0.5.9",
         model="mistralai/Mistral-7B-Instruct-v0.1", post={0: 9.69}, pool_end={0: 2.44},
         extra={"context_len": 32768, "max_prefill_tokens": 16384}),
+    "sglang-inferencex2128-dsv4pro-h200-no-kv-memory": dict(
+        engine="sglang", starts=False, weights_gib=125.65, codes=["kv-sizing-failed"], version_range=">0.5.13",
+        post={0: 12.25}, pre={0: 137.90}, error="Loaded weights leave no GPU memory",
+        extra={"min_mem_fraction_static": 0.9112, "mem_fraction_static": 0.88}, fix=[("mem_fraction_static", 0.94)],
+        message="post-load free 12.25 GiB ≤ slack 137.90 × (1 − 0.88) = 16.55 GiB"),
     "sglang-4417-dsv3-2xh100-tp16": dict(
         engine="sglang", starts=None, tokens=None, weights_gib=40.46, codes=["log-truncated", "unbalanced-ranks"],
         version_range="<0.5.9", post={0: 35.52, 7: 36.63}, pool_end={0: 16.08, 5: 16.07, 6: 17.18}),
@@ -402,6 +407,17 @@ def test_plan_vllm_gpt_oss_120b_reproduces_the_error():
     assert d["starts"] is False
     assert "(4.54 GiB KV cache is needed, which is larger than the available KV cache memory (1.71 GiB)" in d["error"]
     assert "models's max seq len (131072)" in d["error"]  # 0.11's spelling, as in the log
+
+
+def test_contradicting_formats_give_no_version_range():
+    # a user's copy of a 0.5.2x line stripped of "elapsed=…, type=…" no longer dates the log as <0.5.9
+    r = report_for("sglang-inferencex2128-dsv4pro-h200-no-kv-memory")
+    assert "engine_version_conflict" not in r.timeline.extra
+    text = (REAL / CASES["sglang-2468-mistral7b-2024-no-mem-usage"]["fixture"]).read_text(encoding="utf-8")
+    mixed = text + "[2026-07-01 15:19:55 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 10, K size: 0.01 GB, V size: 0.01 GB\n"
+    r = diagnose_text(mixed)  # a 2024 log with a 0.5.10+ line appended: no release prints both
+    assert "engine_version_range" not in r.timeline.extra and r.timeline.extra["engine_version_conflict"]
+    assert "the line formats disagree" in render_text(r)
 
 
 def test_text_collapses_identical_ranks_and_checks():

@@ -60,7 +60,9 @@ def render_text(report: Any) -> str:
     x = tl.extra
     out: list[str] = []
     version = tl.engine_version or (f"version inferred from log formats: {x['engine_version_range']}"
-                                   if x.get("engine_version_range") else "version unknown")
+                                   if x.get("engine_version_range") else
+                                   f"version unknown: the line formats disagree ({x['engine_version_conflict']})"
+                                   if x.get("engine_version_conflict") else "version unknown")
     out.append(f"engine   {tl.engine} ({version})")
     out.append(f"model    {tl.model or x.get('model_class') or 'not in log'}")
     shown = {k: v for k, v in report.flags.items() if _is_memory_flag(tl.engine, k)}

@@ -587,7 +587,8 @@ class SglangLogParser:
             elapsed, cls, dtype, _quant, avail, usage = m.groups()
             markers = self.log.version_markers
             if elapsed is None:
-                markers.add("load_end_no_elapsed")
+                if cls is not None:  # the old "Load weight end. type=…, dtype=…" shape, not a user's trimmed copy
+                    markers.add("load_end_no_elapsed")
             elif dtype:
                 markers.add("load_end_elapsed_dtype")
             else:
