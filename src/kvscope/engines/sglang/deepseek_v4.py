@@ -252,6 +252,9 @@ def plan_tokens(spec: ModelSpec, available_bytes: int, a, chunked_prefill_size: 
              f"swa={pools.swa_tokens}, c4={pools.c4_tokens}, c128={pools.c128_tokens}, "
              f"bytes_per_full_token={pools.bytes_per_full_token:.2f}, fixed={pools.fixed_bytes} B"]
     notes += [f"DeepSeek-V4 estimated: {e}" for e in pools.estimated]
+    if getattr(a, "pp_size", 1) > 1:
+        notes.append("DeepSeek-V4 estimated: with PP, SGLang sizes each stage from its own compress_ratios slice; "
+                     "kvscope prices the whole model's layers on every stage (fewer tokens than the engine)")
     notes.append("DeepSeek-V4 in SGLang 0.5.23 runs the dsv4 attention backend with page_size 256 (CUDA); the "
                  "KV budget (rest memory) is kvscope's generic profile estimate, the pool split above is the "
                  "configurator's own arithmetic")
