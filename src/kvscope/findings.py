@@ -137,7 +137,7 @@ def as_int(value: Any) -> int | None:
 
 
 def ceil_to(x: float, step: float) -> float:
-    return math.ceil(round(x / step, 9)) * step
+    return round(math.ceil(round(x / step, 9)) * step, 10)
 
 
 def effective_mem_fraction_static(pre_gib: float, post_gib: float, kv_gib: float, mm_gib: float = 0.0) -> float:
