@@ -833,6 +833,10 @@ class SWACase:
     chunked_prefill_size: Optional[int] = 8192
     dp_size: int = 1
     enable_dp_attention: bool = False
+    speculative_algorithm: Optional[str] = None  # (no draft KV layers in the SWA pools)
+    speculative_num_steps: Optional[int] = None
+    speculative_eagle_topk: Optional[int] = None
+    speculative_num_draft_tokens: Optional[int] = None
 
 
 @dataclass
@@ -855,6 +859,10 @@ def swa_members(version: str) -> tuple:
         out += ["sglang/srt/mem_cache/kv_cache_configurator.py", "sglang/srt/model_executor/pool_configurator.py"]
     if v >= (0, 5, 11):
         out.append("sglang/srt/environ.py")
+    if (0, 5, 13) <= v < (0, 5, 18):
+        out.append("sglang/srt/mem_cache/common.py")
+    elif v >= (0, 5, 18):
+        out += ["sglang/srt/mem_cache/allocation_sizing.py", "sglang/srt/runtime_context.py"]
     return tuple(out)
 
 
@@ -886,8 +894,11 @@ def _swa(self: SGLangPools, c: SWACase) -> SWAResult:
     dtype = _Dtype({1: "float8_e4m3fn", 2: "bfloat16", 4: "float32"}[c.kv_bytes], c.kv_bytes)
     sa = types.SimpleNamespace(
         kv_cache_dtype="auto", max_running_requests=c.max_running_requests, max_total_tokens=c.max_total_tokens,
-        page_size=c.page_size, speculative_algorithm=None, speculative_num_draft_tokens=None,
-        max_speculative_num_draft_tokens=None, speculative_adaptive=False, disaggregation_mode="null",
+        page_size=c.page_size, speculative_algorithm=c.speculative_algorithm,
+        speculative_num_draft_tokens=c.speculative_num_draft_tokens, speculative_num_steps=c.speculative_num_steps,
+        speculative_eagle_topk=c.speculative_eagle_topk,
+        max_speculative_num_draft_tokens=c.speculative_num_draft_tokens, speculative_adaptive=False,
+        disaggregation_mode="null",
         enable_memory_saver=False, mem_fraction_static=c.mem_fraction_static,
         disable_radix_cache=c.disable_radix_cache, enable_dp_attention=c.enable_dp_attention, dp_size=c.dp_size,
         swa_full_tokens_ratio=c.swa_full_tokens_ratio, chunked_prefill_size=c.chunked_prefill_size,
@@ -899,7 +910,8 @@ def _swa(self: SGLangPools, c: SWACase) -> SWAResult:
         server_args=sa, model_config=mc, kv_cache_dtype=dtype, kv_cache_dtype_str="auto", mambaish_config=None,
         pp_size=1, dp_size=attn_dp, attn_dp_size=attn_dp, ps=types.SimpleNamespace(attn_dp_size=attn_dp),
         is_hybrid_swa=True, sliding_window_size=c.sliding_window,
-        page_size=c.page_size, spec_algorithm=SpecAlgo(None), is_draft_worker=False,
+        page_size=c.page_size, spec_algorithm=SpecAlgo(c.speculative_algorithm), is_draft_worker=False,
+        spec_aux_config=types.SimpleNamespace(eagle_draft_num_layers=None, eagle_draft_swa_num_layers=None),
         layer_info=types.SimpleNamespace(full_attention_layer_ids=mc.full_attention_layer_ids,
                                          swa_attention_layer_ids=mc.swa_attention_layer_ids))
     host.fused_entry_bytes = lambda name: None
@@ -949,6 +961,39 @@ def _swa_classic(self: SGLangPools, c: SWACase, fns: Dict[str, Any], mc: Any, dt
     except RuntimeError as exc:
         return SWAResult(None, None, None, f"RuntimeError: {exc}")
     return SWAResult(runner.max_total_num_tokens, runner.full_max_total_num_tokens, runner.swa_max_total_num_tokens)
+
+
+def _alloc_len_fn(self: SGLangPools) -> Any:
+    """The release's ``get_alloc_len_per_decode`` (mem_cache/common.py @ v0.5.13/0.5.14 takes server_args;
+    mem_cache/allocation_sizing.py @ v0.5.18+ reads the spec bag)."""
+    c = lambda: self._swa_case  # noqa: E731
+    spec_mod = types.SimpleNamespace(SpeculativeAlgorithm=SpecAlgo)
+    bag = lambda: types.SimpleNamespace(  # noqa: E731
+        speculative_algorithm=c().speculative_algorithm, speculative_num_steps=c().speculative_num_steps,
+        speculative_eagle_topk=c().speculative_eagle_topk,
+        speculative_num_draft_tokens=c().speculative_num_draft_tokens, max_speculative_num_draft_tokens=None,
+        speculative_adaptive=False)
+    if self.v < (0, 5, 18):
+        m = "sglang/srt/mem_cache/common.py"
+        if not self.src.has(m):
+            return _not_called
+        fns = loader.compile_defs(self._text(m), self.origin(m), ["get_alloc_len_per_decode"],
+                                  {"get_global_server_args": _not_called},
+                                  modules={"sglang.srt.speculative.spec_info": spec_mod})
+        return fns["get_alloc_len_per_decode"]
+    m = "sglang/srt/mem_cache/allocation_sizing.py"
+    text = self._text(m)
+    names = ["get_alloc_len_per_decode"] + (["get_alloc_page_size"] if loader.has_def(
+        text, self.origin(m), "get_alloc_page_size") else [])
+    rc = "sglang/srt/runtime_context.py"
+    mx = loader.compile_defs(self._text(rc), self.origin(rc), ["max_speculative_num_draft_tokens"],
+                             {"get_spec": bag})["max_speculative_num_draft_tokens"]
+    fns = loader.compile_defs(text, self.origin(m), names, {
+        "get_spec": bag, "max_speculative_num_draft_tokens": mx,
+        "get_schedule": lambda: types.SimpleNamespace(page_size=c().page_size),
+        "get_parallel": lambda: types.SimpleNamespace(attn_dcp_size=1)},
+        modules={"sglang.srt.speculative.spec_info": spec_mod})
+    return fns["get_alloc_len_per_decode"]
 
 
 def _with_parent_init(init: Any, parent: type) -> Any:
@@ -1009,7 +1054,12 @@ def _compile_swa(self: SGLangPools) -> Dict[str, Any]:
                      chunked_prefill_size=c().chunked_prefill_size, disable_overlap_schedule=False),
                  get_memory=lambda: types.SimpleNamespace(enable_unified_memory=False,
                                                           disable_radix_cache=c().disable_radix_cache),
-                 get_spec=lambda: types.SimpleNamespace(speculative_algorithm=None, speculative_num_draft_tokens=None),
+                 get_spec=lambda: types.SimpleNamespace(
+                     speculative_algorithm=c().speculative_algorithm, speculative_num_steps=c().speculative_num_steps,
+                     speculative_eagle_topk=c().speculative_eagle_topk,
+                     speculative_num_draft_tokens=c().speculative_num_draft_tokens,
+                     max_speculative_num_draft_tokens=None, speculative_adaptive=False),
+                 get_alloc_len_per_decode=_alloc_len_fn(self),
                  get_disagg=lambda: types.SimpleNamespace(disaggregation_mode="null"),
                  envs=_Env(_env_defaults(self.src, ["SGLANG_SWA_EVICTION_INTERVAL"])),
                  ceil_align=lambda x, y: -(-x // y) * y, is_deepseek_v4=lambda hf: False)

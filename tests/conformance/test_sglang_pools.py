@@ -339,7 +339,16 @@ def gen_swa(rng: random.Random, version: str) -> SWACase:
         disable_radix_cache=rng.random() < 0.4,
         max_running_requests=cases.maybe(rng, 0.6, rng.choice([1, 8, 64, 256, 1024, rng.randint(1, 4000)])),
         chunked_prefill_size=rng.choice([None, -1, 2048, 8192, 8192, 16384, rng.randint(1, 40000)]),
-        dp_size=dp, enable_dp_attention=dp > 1 and rng.random() < 0.6)
+        dp_size=dp, enable_dp_attention=dp > 1 and rng.random() < 0.6,
+        **_gen_spec(rng, version))
+
+
+def _gen_spec(rng: random.Random, version: str) -> dict:
+    if _vtuple(version) < (0, 5, 14) or rng.random() < 0.6:
+        return {}
+    steps, topk = rng.choice([1, 2, 3, 5]), rng.choice([1, 1, 2, 4])
+    return dict(speculative_algorithm=rng.choice(["EAGLE", "EAGLE3", "NGRAM"]), speculative_num_steps=steps,
+                speculative_eagle_topk=topk, speculative_num_draft_tokens=rng.choice([steps + 1, steps * topk, 8]))
 
 
 def _mha_spec(c: SWACase, heads: int, head_dim: int, v_head_dim: int):
@@ -364,7 +373,9 @@ def kvscope_swa(version: str, c: SWACase):
         llama4_chunk_ratio=c.llama4_chunk / c.context_len if c.llama4_chunk else None,
         mem_fraction_static=c.mem_fraction_static, disable_radix_cache=c.disable_radix_cache,
         max_running_requests=c.max_running_requests, chunked_prefill_size=c.chunked_prefill_size,
-        attn_dp_size=c.dp_size if c.enable_dp_attention else 1)
+        attn_dp_size=c.dp_size if c.enable_dp_attention else 1, speculative_algorithm=c.speculative_algorithm,
+        num_steps=c.speculative_num_steps, topk=c.speculative_eagle_topk,
+        num_draft_tokens=c.speculative_num_draft_tokens)
     if p.error is not None:
         return None, None, None, p.error
     return p.max_total_num_tokens, p.full_tokens, p.swa_tokens, None

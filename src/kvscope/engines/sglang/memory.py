@@ -500,7 +500,9 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
                      llama4_chunk_ratio: float | None = None, draft_bytes: int = 0,
                      mem_fraction_static: float = 0.0, disable_radix_cache: bool = False,
                      max_running_requests: int | None = None, chunked_prefill_size: int | None = None,
-                     attn_dp_size: int = 1, swa_eviction_interval: int = 128) -> SWAPools:
+                     attn_dp_size: int = 1, swa_eviction_interval: int = 128,
+                     speculative_algorithm: str | None = None, num_steps: int | None = None,
+                     topk: int | None = None, num_draft_tokens: int | None = None) -> SWAPools:
     """The hybrid sliding-window split, per release. F/S = bytes per token per full/SWA layer,
     r = ``--swa-full-tokens-ratio``; ``available_bytes`` = the profile's ``int(rest × 2^30)``.
 
@@ -521,11 +523,13 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
     * 0.5.14+ with the radix cache off and ``--max-running-requests`` set (``SWAChunkCapPoolConfigurator``
       @ v0.5.14 l.339 / @ v0.5.18 l.598, ``SWARequestCapPoolConfigurator`` + ``compute_swa_request_cap``
       @ v0.5.23 l.924): the SWA pool is the worst case of the running requests,
-      ``cap = (window + eviction_interval + page + page) · (running // dp) + 2 · chunk + page``
+      ``cap = (window + eviction_interval · D + page + decode) · (running // dp) + 2 · chunk + page`` with
+      D = draft tokens (1 without speculative decoding) and decode = page, or ``2 · alloc_len_per_decode``
+      with speculative decoding (overlap schedule),
       (``max(1, …)`` and ``chunk > 0`` required after 0.5.20), ``swa = ceil(cap / page) · page``, and the
       rest of the budget goes to the full pool: ``full = int((bytes − swa S ns) // (F nf)) // page · page``
-      (RuntimeError when <= 0); a cap re-solve keeps swa ``min(swa, T)``. No speculative decoding here
-      (its decode reservation is not modelled), overlap schedule on, not a PD decode node.
+      (RuntimeError when <= 0); a cap re-solve keeps swa ``min(swa, T)``. Overlap schedule on, not a PD
+      decode node, no draft KV layers in the SWA pools.
     """
     F, nf, S, ns = full_layer_bytes, num_full_layers, swa_layer_bytes, num_swa_layers
 
@@ -576,7 +580,10 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
         n = max_running_requests // attn_dp_size
         if v > Version("0.5.20"):
             n = max(1, n)
-        per_request = sliding_window + swa_eviction_interval * 1 + page_size + page_size
+        algo = (speculative_algorithm or "").upper()
+        decode = page_size if not algo else 2 * _alloc_len_per_decode(
+            v, algo, num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens, page_size=page_size)
+        per_request = sliding_window + swa_eviction_interval * (num_draft_tokens or 1) + page_size + decode
         cap = per_request * n + 2 * chunked_prefill_size + page_size
         swa = -(-cap // page_size) * page_size
         fixed = swa * S * ns

@@ -215,7 +215,9 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
             sliding_window=spec.sliding_window, draft_bytes=cell.draft_bytes, mem_fraction_static=mfs,
             llama4_chunk_ratio=spec.sliding_window / context_len if llama4 else None,
             disable_radix_cache=a.disable_radix_cache, max_running_requests=a.max_running_requests,
-            chunked_prefill_size=d.chunked_prefill_size, attn_dp_size=a.attn_dp_size)
+            chunked_prefill_size=d.chunked_prefill_size, attn_dp_size=a.attn_dp_size,
+            speculative_algorithm=a.speculative_algorithm, num_steps=a.speculative_num_steps,
+            topk=a.speculative_eagle_topk, num_draft_tokens=a.speculative_num_draft_tokens)
         tokens, swa_tokens, error = sw.max_total_num_tokens, sw.swa_tokens, sw.error
     if error is None and spec.dsv4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator (sglang/deepseek_v4.py)
         from .deepseek_v4 import plan_tokens as dsv4_plan_tokens
