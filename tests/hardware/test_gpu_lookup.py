@@ -18,6 +18,8 @@ from kvscope.hardware.gpus import GPUS, get_gpu
     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
     ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("rtx3090", "rtx-3090"),
     ("AMD Instinct MI300X", "mi300x"), ("Tesla T4", "t4"), ("A6000", "rtx-a6000"),
+    ("RTX PRO 5000 Blackwell 72GB", "rtx-pro-5000-72g"),  # the memory in the name picks the variant
+    ("NVIDIA RTX PRO 5000 Blackwell", "rtx-pro-5000"), ("A100 40GB", "a100-40g"),
 ])
 def test_names_resolve(name, key):
     assert get_gpu(name).key == key

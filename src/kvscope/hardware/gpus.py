@@ -9,6 +9,7 @@ where a public log printed it and otherwise estimated (marked).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from ..errors import FlagError
@@ -22,7 +23,7 @@ _DRIVER_RESERVED_BYTES_EST = int(0.46 * GiB)
 # (shared/logs vllm-llama31-8b-3090-*): 0.12 GiB.
 _GDDR_RESERVED_BYTES_EST = int(0.12 * GiB)
 _GDDR = ("l40s", "l40", "l20", "l4", "a10g", "a10", "a40", "t4", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-pro-6000",
-         "rtx-a6000", "rtx-6000-ada")
+         "rtx-a6000", "rtx-6000-ada", "rtx-pro-5000", "rtx-pro-5000-72g")
 _DS = "NVIDIA datasheet; nvidia-smi memory.total as commonly printed"
 
 
@@ -117,6 +118,11 @@ GPUS: tuple[GPU, ...] = (
     _gpu("rtx-a6000", "NVIDIA RTX A6000", 49140, 768, 154.8, None, PCIE4, "sm86", _DS, ("a6000",)),
     _gpu("rtx-6000-ada", "NVIDIA RTX 6000 Ada Generation", 49140, 960, 364.2, 728.5, PCIE4, "sm89", _DS,
          ("6000-ada", "rtx-6000-ada-generation")),
+    _gpu("rtx-pro-5000", "NVIDIA RTX PRO 5000 Blackwell", 48 * 1024, 1344, 250, 500, PCIE5, "sm120",
+         "NVIDIA RTX PRO 5000 Blackwell (48 GB GDDR7, 1344 GB/s) [memory total and compute estimated]"),
+    _gpu("rtx-pro-5000-72g", "NVIDIA RTX PRO 5000 72GB Blackwell", 72 * 1024, 1344, 250, 500, PCIE5, "sm120",
+         "NVIDIA RTX PRO 5000 Blackwell 72 GB (GDDR7) [memory total and compute estimated]; "
+         "vllm#51041 runs it", ("rtx-pro-5000-72gb",)),
     _gpu("b200", "NVIDIA B200", 183359, 8000, 2250, 4500, NVL5, "sm100", _T),
     _gpu("b300", "NVIDIA B300", 275040, 8000, 2500, 5000, NVL5, "sm103",
          "NVIDIA Blackwell Ultra (288 GB HBM3e, 8 TB/s) [estimated driver total 275040 MiB]"),
@@ -152,7 +158,21 @@ def _by_prefix(norm: str) -> GPU | None:
     if norm in _BY_NORM:
         return _BY_NORM[norm]
     hits = [k for k in _BY_NORM if k and norm.startswith(k) and len(k) >= 2]
-    return _BY_NORM[max(hits, key=len)] if hits else None
+    if not hits:
+        return None
+    best = _BY_NORM[max(hits, key=len)]
+    size = re.search(r"(\d{2,3})gi?b", norm)
+    if size and abs(best.memory_mib / 1024 - int(size.group(1))) > 0.12 * int(size.group(1)):
+        # 'RTX PRO 5000 ... 72GB': the same family with the memory the query names
+        family = _FAMILY.sub("", best.key)
+        for g in GPUS:
+            if _FAMILY.sub("", g.key) == family and \
+                    abs(g.memory_mib / 1024 - int(size.group(1))) <= 0.12 * int(size.group(1)):
+                return g
+    return best
+
+
+_FAMILY = re.compile(r"-\d+gb?$")  # catalog keys name a memory variant as a "-72g" suffix
 
 
 def gpu_names() -> list[str]:
