@@ -38,12 +38,21 @@ class VersionTraits:
     null_block_reserved: bool  # admission check on available - bytes_per_block (kv_cache_planning @ v0.30)
     merged_capacity_log: bool  # "GPU KV cache size: N tokens, Maximum concurrency ..." (v0.28.0)
     mamba_check: str  # "none" | "cap_graphs" (v0.19.0 warning) | "raise" (v0.20.2+ ValueError)
-    hybrid_prefix_caching: bool  # hybrid models prefix-cache by default -> mamba_cache_mode align (v0.26.0)
+    hybrid_prefix_caching: bool  # hybrid models prefix-cache by default -> mamba_cache_mode align: v0.28.0
+    # (0.26.0 ModelConfig.is_prefix_caching_supported is True for hybrid but EngineArgs keeps it
+    # opt-in: ``... and not model_config.is_hybrid``, arg_utils.py @ v0.26.0)
     in_flight_batches: bool  # SlidingWindowSpec uses max_in_flight_tokens (vllm/config/vllm.py @ v0.26.0)
     group_size_max_heuristic: bool  # group_size = max when max < 1.5 min (kv_cache_utils.py @ v0.19.0)
     sampler_sorts_vocab: bool  # top-k/top-p by full torch sort (< v0.17.0 topk_topp_sampler.py)
     large_gpu_batch_tier: bool  # >= 160 GiB GPUs: API server max_num_batched_tokens 16384 (arg_utils @ v0.28)
     mla_hybrid_alignment: int  # kernel block alignment for MLA in hybrid mamba models (64; 128 @ v0.33)
+    # --- read by tests/conformance/test_vllm_memory.py against the wheels (first read wheel named;
+    # boundaries between two read wheels sit at the later one) ---
+    kv_cache_memory_bytes_flag: bool = True  # CacheConfig.kv_cache_memory_bytes (cache.py @ v0.11.0; not 0.10.2)
+    util_pydantic_bounds: bool = True  # Field(gt=0, le=1) (cache.py @ v0.19.0); before only "> 1.0" raises
+    batch_defaults_v2: bool = True  # get_batch_defaults + max_num_seqs*max_model_len cap, chunked
+    #   prefill honoured (arg_utils.py @ v0.19.0); 0.10-0.11 _set_default_args: chunked prefill forced on
+    gb10_small_tier: bool = True  # GB10 (sm121) kept on the small batch tier (arg_utils.py @ v0.33.0)
 
 
 def parse_version(version: str | None) -> Version:
@@ -78,12 +87,16 @@ def version_traits(version: str | None) -> VersionTraits:
         null_block_reserved=at_least("0.30"),
         merged_capacity_log=at_least("0.28"),
         mamba_check="raise" if at_least("0.20.2") else "cap_graphs" if at_least("0.19") else "none",
-        hybrid_prefix_caching=at_least("0.26"),
+        hybrid_prefix_caching=at_least("0.28"),
         in_flight_batches=at_least("0.26"),
         group_size_max_heuristic=at_least("0.19"),
         sampler_sorts_vocab=not at_least("0.17"),
         large_gpu_batch_tier=at_least("0.28"),
         mla_hybrid_alignment=128 if at_least("0.33") else 64,
+        kv_cache_memory_bytes_flag=at_least("0.11"),
+        util_pydantic_bounds=at_least("0.19"),
+        batch_defaults_v2=at_least("0.19"),
+        gb10_small_tier=at_least("0.33"),
     )
 
 
@@ -137,8 +150,15 @@ class VllmArgs:
     enable_prefix_caching: bool
 
 
-def validate_gpu_memory_utilization(value: float) -> None:
-    """``CacheConfig.gpu_memory_utilization: Field(gt=0, le=1)`` (vllm/config/cache.py @ v0.19.0)."""
+def validate_gpu_memory_utilization(value: float, traits: VersionTraits | None = None) -> None:
+    """``CacheConfig.gpu_memory_utilization: Field(gt=0, le=1)`` (vllm/config/cache.py @ v0.19.0+;
+    pydantic's message). Before (cache.py ``_verify_args`` @ v0.10.1.1 / v0.11.0) only ``> 1.0``
+    raises, with its own text; 0 and negative values pass (the budget is then <= 0)."""
+    if traits is not None and not traits.util_pydantic_bounds:
+        if value > 1.0:
+            raise FlagError(f"GPU memory utilization must be less than 1.0. Got {value}.",
+                            field="--gpu-memory-utilization", fix="pass a fraction in (0, 1], e.g. 0.9")
+        return
     if not (0 < value <= 1):
         bound = "greater than 0" if value <= 0 else "less than or equal to 1"
         raise FlagError(f"gpu_memory_utilization={value}: Input should be {bound} "
@@ -146,20 +166,24 @@ def validate_gpu_memory_utilization(value: float) -> None:
                         fix="pass a fraction in (0, 1], e.g. 0.9")
 
 
-def batch_defaults(gpu_memory_bytes: int, gpu_name: str, traits: VersionTraits, api_server: bool) -> tuple[int, int]:
+def batch_defaults(gpu_memory_bytes: int, gpu_name: str, traits: VersionTraits, api_server: bool,
+                   gpu_sm: str | None = None) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) when unset: ``EngineArgs.get_batch_defaults``
-    (vllm/engine/arg_utils.py @ v0.10.2 … v0.33.0). NVML total >= 70 GiB and not an A100:
-    API server 8192 / LLM class 16384 tokens, 1024 seqs; otherwise 2048 / 8192 tokens, 256 seqs.
-    From v0.28.0, >= 160 GiB (B200/B300): 16384 tokens for both."""
+    (vllm/engine/arg_utils.py @ v0.19.0 … v0.33.0; ``_set_default_args[_v1]`` @ v0.10.1.1 / v0.11.0).
+    NVML total >= 70 GiB and not an A100: API server 8192 / LLM class 16384 tokens, 1024 seqs;
+    otherwise 2048 / 8192 tokens, 256 seqs. From v0.28.0, >= 160 GiB (B200/B300): 16384 tokens for
+    both. From v0.33.0 a GB10 (compute capability 12.1) stays on the small tier."""
     if traits.large_gpu_batch_tier and gpu_memory_bytes >= 160 * GiB:
         return 16384, 1024
-    if gpu_memory_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
+    gb10 = traits.gb10_small_tier and gpu_sm == "sm121"
+    if gpu_memory_bytes >= 70 * GiB and "a100" not in gpu_name.lower() and not gb10:
         return (8192 if api_server else 16384), 1024
     return (2048 if api_server else 8192), 256
 
 
 def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int, gpu_memory_bytes: int,
-                 gpu_name: str, is_mla: bool, is_hybrid_mamba: bool, num_attention_heads: int) -> VllmArgs:
+                 gpu_name: str, is_mla: bool, is_hybrid_mamba: bool, num_attention_heads: int,
+                 gpu_sm: str | None = None) -> VllmArgs:
     """Apply vLLM's defaults and validations (the ones that raise before any memory is touched)."""
     tp, pp, dp = flags.tensor_parallel_size, flags.pipeline_parallel_size, flags.data_parallel_size
     for name, val in (("--tensor-parallel-size", tp), ("--pipeline-parallel-size", pp),
@@ -173,7 +197,7 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
                         fix="pick a TP size that divides the attention heads")
     util = traits.default_gpu_memory_utilization if flags.gpu_memory_utilization is None \
         else flags.gpu_memory_utilization
-    validate_gpu_memory_utilization(util)
+    validate_gpu_memory_utilization(util, traits)
     if flags.kv_cache_dtype not in KV_CACHE_DTYPES:
         raise FlagError(f"unknown --kv-cache-dtype {flags.kv_cache_dtype!r}", field="--kv-cache-dtype",
                         fix=f"use one of {', '.join(KV_CACHE_DTYPES)}")
@@ -197,13 +221,17 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
             f"(max_position_embeddings={model_max_len} or model_max_length=None in model's config.json). "
             "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
             field="--max-model-len", fix=f"use --max-model-len <= {model_max_len}")
-    mnbt_default, seqs_default = batch_defaults(gpu_memory_bytes, gpu_name, traits, flags.api_server)
+    mnbt_default, seqs_default = batch_defaults(gpu_memory_bytes, gpu_name, traits, flags.api_server, gpu_sm)
     seqs = flags.max_num_seqs if flags.max_num_seqs is not None else seqs_default
     if flags.max_num_batched_tokens is not None:
         mnbt = flags.max_num_batched_tokens
+    elif not traits.batch_defaults_v2:
+        # _set_default_args (arg_utils.py @ v0.11.0): V1 forces chunked prefill on for generate
+        # models, so the default applies as is (no max_model_len floor, no max_num_seqs cap).
+        mnbt = mnbt_default
     else:
-        # _set_default_max_num_seqs_and_batched_tokens_args: capped at max_num_seqs * max_model_len;
-        # without chunked prefill at least max_model_len.
+        # _set_default_max_num_seqs_and_batched_tokens_args (arg_utils.py @ v0.19.0+): without
+        # chunked prefill at least max_model_len; then capped at max_num_seqs * max_model_len.
         mnbt = mnbt_default
         if flags.enable_chunked_prefill is False:
             mnbt = max(mml, mnbt)
@@ -213,6 +241,10 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
     for name, val in (("--max-num-seqs", seqs), ("--max-num-batched-tokens", mnbt)):
         if val < 1:
             raise FlagError(f"{name} must be >= 1, got {val}", field=name, fix="pass a positive integer")
+    if flags.kv_cache_memory_bytes is not None and not traits.kv_cache_memory_bytes_flag:
+        raise FlagError(f"--kv-cache-memory-bytes does not exist in vLLM {traits.version} "
+                        "(CacheConfig.kv_cache_memory_bytes: v0.11.0+)", field="--kv-cache-memory-bytes",
+                        fix="use --gpu-memory-utilization, or vLLM >= 0.11")
     if flags.block_size is not None:
         if flags.block_size < 1:
             raise FlagError("--block-size must be positive", field="--block-size", fix="e.g. 16")

@@ -153,19 +153,27 @@ class AvailableKV:
 
 
 def available_kv_cache_bytes(requested: int | float, weights: int, activation_peak: int, non_torch: int,
-                             cudagraph: int, traits: VersionTraits, kv_cache_memory_bytes: int | None = None
-                             ) -> AvailableKV:
+                             cudagraph: int, traits: VersionTraits, kv_cache_memory_bytes: int | None = None,
+                             *, torch_unreleased_bytes: int = 0) -> AvailableKV:
     """``determine_available_memory``.
 
     Classic (<= v0.26): ``requested - (non_torch_increase + torch_peak_increase + weights) -
-    cudagraph_applied`` (gpu_worker.py @ v0.19.0). From v0.27.0 ``non_kv = total_consumed +
-    transient_peak_headroom`` (mem_utils.py @ v0.28.0), which the same parts approximate. The
-    CUDA-graph estimate is subtracted only where ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
-    defaults to 1 (v0.20+). ``--kv-cache-memory-bytes`` skips all of it (returned unchanged).
+    cudagraph_applied`` (gpu_worker.py + utils/mem_utils.py ``memory_profiling`` @ v0.19.1 / v0.20.2 /
+    v0.26.0; utils/__init__.py @ v0.10.1.1 / v0.11.0). From v0.27.0 ``non_kv = total_consumed +
+    transient_peak_headroom`` (mem_utils.py @ v0.28.0 / v0.33.0 ``memory_profiling``): the drop in
+    driver free memory since ``init_snapshot`` plus ``peak - allocated`` after the profile run. With
+    the same parts this equals the classic sum (tensors the profile run keeps cancel out) plus
+    ``torch_unreleased_bytes``: memory torch's allocator still holds after ``empty_cache`` beyond its
+    live tensors (fragmentation), which the classic formula does not see and ``total_consumed`` does.
+    The CUDA-graph estimate is subtracted only where ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
+    defaults to 1 (envs.py @ v0.20.2+). ``--kv-cache-memory-bytes`` skips all of it (returned
+    unchanged; gpu_worker.py @ v0.11.0+).
     """
     if kv_cache_memory_bytes:
         return AvailableKV(requested, 0, 0, int(kv_cache_memory_bytes), "kv_cache_memory_bytes (profiling skipped)")
     non_kv = weights + activation_peak + non_torch
+    if traits.total_consumed_formula:
+        non_kv += torch_unreleased_bytes
     applied = cudagraph if traits.cudagraph_estimate_applied else 0
     avail = int(requested - non_kv - applied)
     if traits.total_consumed_formula:

@@ -1,0 +1,302 @@
+"""kvscope.engines.vllm.{memory,args} vs vLLM's own budget and argument-default code, per release.
+
+Engine side (``vllm_engine_mem.py``): ``request_memory`` / ``Worker.init_device`` (requested memory,
+the free-memory check and its ValueError text), ``Worker.determine_available_memory`` with the
+release's ``memory_profiling`` / ``MemorySnapshot`` on a simulated device, ``EngineArgs`` batch
+defaults (``_set_default_args`` 0.10-0.11; ``get_batch_defaults`` + the chunked-prefill/prefix-caching
+and max-num-seqs/batched-tokens defaulting 0.19+), ``CacheConfig.gpu_memory_utilization`` default
+and bounds, the env defaults that gate the CUDA-graph estimate.
+
+kvscope side: ``memory.requested_memory_bytes`` / ``request_memory_error`` /
+``available_kv_cache_bytes`` and ``args.resolve_args`` / ``batch_defaults`` /
+``validate_gpu_memory_utilization`` / ``version_traits``.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from . import cases
+from .conftest import count_cases, require_source
+from .vllm_engine_mem import GiB, MiB, BudgetCase, VllmMem, args_members, mem_members
+from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
+
+memory = pytest.importorskip("kvscope.engines.vllm.memory")
+args_mod = pytest.importorskip("kvscope.engines.vllm.args")
+errors = pytest.importorskip("kvscope.errors")
+
+N_REQUEST = 3000
+N_BUDGET = 1500
+N_BATCH = 1500
+
+# CUDA-visible totals (mem_get_info) printed in vLLM logs, plus nvidia-smi totals in MiB.
+CUDA_TOTALS = [85031714816, 84987740160, 150754820096, 191514427392, 25388515328, 42298834944,
+               47697362944, 16928342016, 24146608128]
+UTILS = [0.9, 0.92, 0.95, 0.5, 0.8, 0.85, 0.98, 1.0, 0.01, 0.3, 0.75, 0.88, 0.97, 0.99]
+
+
+def version_params(versions=VLLM_VERSIONS):
+    out = []
+    for v in versions:
+        marks = [] if v in VLLM_DEFAULT else [pytest.mark.conformance_full]
+        out.append(pytest.param(v, marks=marks, id=v))
+    return out
+
+
+def gen_total(rng: random.Random) -> int:
+    r = rng.random()
+    if r < 0.4:
+        return rng.choice(CUDA_TOTALS)
+    if r < 0.7:
+        return rng.choice(cases.GPU_MEM_MIB) * MiB
+    return rng.randint(4 * GiB, 300 * GiB)
+
+
+def gen_util(rng: random.Random) -> float:
+    r = rng.random()
+    if r < 0.5:
+        return rng.choice(UTILS)
+    if r < 0.8:
+        return round(rng.uniform(0.01, 1.0), rng.choice([2, 3, 4]))
+    return rng.uniform(0.01, 1.0)
+
+
+def gen_request(rng: random.Random):
+    total = gen_total(rng)
+    util = gen_util(rng)
+    req = total * util
+    r = rng.random()
+    if r < 0.3:  # the ceil edge: exactly at / one byte around the requested memory
+        free = int(req) + rng.choice([-1, 0, 1, 2])
+    elif r < 0.6:
+        free = total - rng.randint(0, int(total * 0.2))
+    else:
+        free = rng.randint(0, total)
+    return total, max(0, min(total, free)), util
+
+
+def traits(version):
+    return args_mod.version_traits(version)
+
+
+@pytest.mark.parametrize("version", version_params())
+def test_requested_memory_and_check(version, multiplier):
+    require_source("vllm", version, mem_members(version))
+    eng = VllmMem(version)
+    t = traits(version)
+    n = N_REQUEST * multiplier
+    bad = []
+    for rng in cases.rngs(seed=61, n=n):
+        total, free, util = gen_request(rng)
+        _, e_req, e_err = eng.request(BudgetCase(total=total, init_free=free, util=util),
+                                      eng.dev.reset(total, free), eng._mem_classes())
+        req = memory.requested_memory_bytes(total, util, t)
+        err = memory.request_memory_error(free, total, util, req, t) if free < req else None
+        ours = (None if err else req, err)
+        if ours != (e_req, e_err) or type(ours[0]) is not type(e_req):
+            bad.append(((total, free, util), ours, (e_req, e_err)))
+    count_cases("vllm", version, "requested memory + free-memory check (ValueError text)", n)
+    assert not bad, _report(version, "requested memory", bad, n)
+
+
+def gen_budget(rng: random.Random, version: str, has_kv_bytes_flag: bool) -> BudgetCase:
+    total = gen_total(rng)
+    util = rng.choice([gen_util(rng), 0.9, 0.92, 0.95])
+    used = rng.choice([0, int(0.5 * GiB), rng.randint(0, int(total * (1 - util)))])
+    weights = rng.choice([0, rng.randint(0, int(total * 0.9)), rng.randint(1 * GiB, 20 * GiB),
+                          int(15.0 * GiB), rng.randint(0, total)])
+    g = lambda hi: rng.choice([0, rng.randint(0, hi)])  # noqa: E731
+    init_free = max(total - used, 0)
+    # A model has weights (>= 1 MiB), and they fit in what was free: the profiling sanity assert
+    # (``init free > free after``; strict in 0.10-0.11) holds for every real start.
+    weights = max(MiB, min(weights, init_free))
+    return BudgetCase(
+        total=total, init_free=init_free, util=util,
+        torch_at_init=g(64 * MiB),
+        weights=weights,
+        non_torch_before_profile=g(int(2.5 * GiB)),
+        activation=rng.choice([0, rng.randint(0, 8 * GiB), rng.randint(0, 40 * GiB)]),
+        persistent=g(512 * MiB),
+        non_torch_profile=g(600 * MiB),
+        pinned=rng.choice([0, 0, g(300 * MiB)]),
+        cudagraph=g(3 * GiB),
+        cudagraph_torch_peak=g(2 * GiB),
+        cudagraph_mode_none=rng.random() < 0.2,
+        kv_cache_memory_bytes=(rng.choice([1, 10 ** 9, 40 * GiB, rng.randint(1, 200 * GiB)])
+                               if has_kv_bytes_flag and rng.random() < 0.15 else None),
+    )
+
+
+def kvscope_available(c: BudgetCase, t, requested) -> int:
+    cg = 0 if c.cudagraph_mode_none else c.cudagraph
+    av = memory.available_kv_cache_bytes(
+        requested, c.weights, c.persistent + c.activation, c.non_torch_before_profile + c.non_torch_profile,
+        cg, t, c.kv_cache_memory_bytes, torch_unreleased_bytes=c.pinned)
+    return av.available_kv_cache_bytes
+
+
+@pytest.mark.parametrize("version", version_params())
+def test_available_kv_cache_memory(version, multiplier):
+    require_source("vllm", version, mem_members(version))
+    eng = VllmMem(version)
+    t = traits(version)
+    has_flag = "kv_cache_memory_bytes" in eng.text("vllm/config/cache.py")
+    n = N_BUDGET * multiplier
+    bad = []
+    for rng in cases.rngs(seed=67, n=n):
+        c = gen_budget(rng, version, has_flag)
+        theirs = eng.budget(c)
+        req = memory.requested_memory_bytes(c.total, c.util, t)
+        if theirs.request_error is not None:
+            ours = memory.request_memory_error(c.init_free, c.total, c.util, req, t) if c.init_free < req else None
+            if ours != theirs.request_error:
+                bad.append((c, ours, theirs.request_error))
+            continue
+        ours = kvscope_available(c, t, req)
+        if ours != theirs.available:
+            bad.append((c, ours, theirs.available))
+    count_cases("vllm", version, "determine_available_memory (profile terms, CUDA-graph estimate, "
+                                 "kv_cache_memory_bytes) -> available KV bytes", n)
+    assert not bad, _report(version, "available KV cache memory", bad, n)
+
+
+@pytest.mark.parametrize("version", version_params())
+def test_kv_cache_memory_bytes_flag_exists(version):
+    """``--kv-cache-memory-bytes`` exists only where CacheConfig has the field (v0.11.0+)."""
+    require_source("vllm", version, ("vllm/config/cache.py",))
+    eng = VllmMem(version)
+    has_flag = "kv_cache_memory_bytes" in eng.text("vllm/config/cache.py")
+    flags = args_mod.VllmFlags(kv_cache_memory_bytes=10 * GiB)
+    try:
+        _resolve(flags, version, model_max_len=4096, gpu_total=80 * GiB, gpu_name="NVIDIA H100 80GB HBM3")
+        accepted = True
+    except errors.FlagError:
+        accepted = False
+    count_cases("vllm", version, "--kv-cache-memory-bytes exists", 1)
+    assert accepted == has_flag, f"vllm {version}: CacheConfig.kv_cache_memory_bytes present={has_flag}, " \
+                                 f"kvscope accepts the flag={accepted}"
+
+
+@pytest.mark.parametrize("version", version_params())
+def test_gpu_memory_utilization_default_and_bounds(version):
+    require_source("vllm", version, ("vllm/config/cache.py", "vllm/envs.py"))
+    eng = VllmMem(version)
+    t = traits(version)
+    spec = eng.util_field()
+    assert t.default_gpu_memory_utilization == spec["default"], (version, spec)
+    flag = bool(eng.env("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")) if \
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS" in eng.text("vllm/envs.py") else False
+    assert t.cudagraph_estimate_applied == flag, (version, flag)
+    bad = []
+    n = 0
+    for value in [-1.0, -0.0, 0.0, 1e-9, 0.01, 0.5, 0.9, 0.92, 1.0, 1.0000001, 1.01, 1.5, 2.0, 100.0]:
+        n += 1
+        want = _engine_util_error(eng, spec, value)
+        try:
+            args_mod.validate_gpu_memory_utilization(value, t)
+            got = None
+        except errors.FlagError as exc:
+            got = str(exc)
+        if (want is None) != (got is None) or (want is not None and want not in got):
+            bad.append((value, got, want))
+    count_cases("vllm", version, "gpu_memory_utilization default, bounds and error text", n)
+    assert not bad, f"vllm {version}: gpu_memory_utilization validation differs: {bad}"
+
+
+def _engine_util_error(eng: VllmMem, spec: dict, value: float):
+    """The engine's message for a bad value: pydantic's ``Field(gt=, le=)`` (0.19+) or
+    ``CacheConfig._verify_args`` (0.10-0.11: only ``> 1.0`` raises)."""
+    if "gt" in spec or "le" in spec:
+        pydantic = pytest.importorskip("pydantic")
+        from pydantic import Field
+        from pydantic.dataclasses import dataclass
+
+        kw = {k: spec[k] for k in ("gt", "ge", "lt", "le") if k in spec}
+
+        @dataclass
+        class CacheConfig:
+            gpu_memory_utilization: float = Field(default=spec["default"], **kw)
+
+        try:
+            CacheConfig(gpu_memory_utilization=value)
+            return None
+        except pydantic.ValidationError as exc:
+            return exc.errors()[0]["msg"]
+    text = eng.text("vllm/config/cache.py")
+    assert "if self.gpu_memory_utilization > 1.0:" in text
+    if value > 1.0:
+        return f"GPU memory utilization must be less than 1.0. Got {value}."
+    return None
+
+
+GPU_NAMES = ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA H200",
+             "NVIDIA B200", "NVIDIA GB200", "NVIDIA L40S", "NVIDIA A10G", "NVIDIA GeForce RTX 4090",
+             "NVIDIA H100 PCIe", "NVIDIA RTX PRO 6000 Blackwell Server Edition", "NVIDIA GB10", "Tesla T4"]
+CAPS = {"H100": (9, 0), "H200": (9, 0), "A100": (8, 0), "B200": (10, 0), "GB200": (10, 0), "L40S": (8, 9),
+        "A10G": (8, 6), "4090": (8, 9), "6000": (12, 0), "GB10": (12, 1), "T4": (7, 5)}
+
+
+def _cap(name: str):
+    for k, v in CAPS.items():
+        if k in name:
+            return v
+    return (9, 0)
+
+
+def _sm(cap) -> str:
+    return f"sm{cap[0]}{cap[1]}"
+
+
+def gen_batch(rng: random.Random):
+    name = rng.choice(GPU_NAMES)
+    total = rng.choice([gen_total(rng), rng.choice([70 * GiB - 1, 70 * GiB, 160 * GiB - 1, 160 * GiB]),
+                        rng.choice(cases.GPU_MEM_MIB) * MiB])
+    return dict(
+        gpu_total=total, gpu_name=name, capability=_cap(name), api_server=rng.random() < 0.6,
+        max_num_batched_tokens=cases.maybe(rng, 0.25, rng.choice([512, 2048, 8192, rng.randint(1, 70000)])),
+        max_num_seqs=cases.maybe(rng, 0.25, rng.choice([1, 8, 64, 256, 1024, rng.randint(1, 4096)])),
+        enable_chunked_prefill=rng.choice([None, None, True, False]),
+        max_model_len=rng.choice([1, 16, 512, 2048, 4096, 8192, 32768, 131072, rng.randint(1, 300000)]),
+        is_hybrid=rng.random() < 0.2,
+    )
+
+
+def _resolve(flags, version, *, model_max_len, gpu_total, gpu_name, sm="sm90", is_hybrid=False):
+    return args_mod.resolve_args(flags, traits=traits(version), model_max_len=model_max_len,
+                                 gpu_memory_bytes=gpu_total, gpu_name=gpu_name, is_mla=False,
+                                 is_hybrid_mamba=is_hybrid, num_attention_heads=32, gpu_sm=sm)
+
+
+@pytest.mark.parametrize("version", version_params())
+def test_batch_defaults(version, multiplier):
+    require_source("vllm", version, args_members(version))
+    eng = VllmMem(version)
+    n = N_BATCH * multiplier
+    bad = []
+    compare_prefix = eng.prefix_caching_decided_in_engine_args()
+    for rng in cases.rngs(seed=71, n=n):
+        b = gen_batch(rng)
+        theirs = eng.batch_defaults(**b)
+        flags = args_mod.VllmFlags(max_num_batched_tokens=b["max_num_batched_tokens"],
+                                   max_num_seqs=b["max_num_seqs"], enable_chunked_prefill=b["enable_chunked_prefill"],
+                                   api_server=b["api_server"], max_model_len=b["max_model_len"])
+        try:
+            a = _resolve(flags, version, model_max_len=b["max_model_len"], gpu_total=b["gpu_total"],
+                         gpu_name=b["gpu_name"], sm=_sm(b["capability"]), is_hybrid=b["is_hybrid"])
+            ours = (a.max_num_batched_tokens, a.max_num_seqs, a.enable_prefix_caching if compare_prefix else None)
+        except errors.FlagError as exc:
+            ours = ("FlagError", str(exc))
+        want = (theirs[0], theirs[1], theirs[3] if compare_prefix else None)
+        if ours != want:
+            bad.append((b, ours, want))
+    count_cases("vllm", version, "EngineArgs defaults: max_num_batched_tokens / max_num_seqs"
+                + (" / enable_prefix_caching" if compare_prefix else ""), n)
+    assert not bad, _report(version, "batch defaults (mnbt, seqs, prefix)", bad, n)
+
+
+def _report(version, what, bad, n) -> str:
+    lines = [f"vllm {version}: {what}: {len(bad)}/{n} generated cases differ; first:"]
+    for case, ours, theirs in bad[:4]:
+        lines.append(f"  kvscope={ours!r} engine={theirs!r} for {case}")
+    return "\n".join(lines)

@@ -1,0 +1,623 @@
+"""vLLM's own startup-budget and argument-default code, per release, runnable without torch or a GPU.
+
+Engine side (read from the release wheel, see ``loader.py``; nothing is re-typed here):
+
+* requested memory and its startup check: ``Worker.init_device`` (inline, 0.10-0.11) or
+  ``vllm/v1/worker/utils.py::request_memory`` (0.14+), with the engine's own ``MemorySnapshot``;
+* available KV memory: ``Worker.determine_available_memory`` + ``memory_profiling`` /
+  ``MemorySnapshot`` / ``MemoryProfilingResult`` (``vllm/utils/__init__.py`` in 0.10-0.11,
+  ``vllm/utils/mem_utils.py`` from 0.14), ``reserve_mm_ipc_gpu_memory`` and the startup-plan hook;
+* batch defaults: ``EngineArgs._set_default_args[_v1]`` (0.10-0.11) or ``get_batch_defaults`` +
+  ``_set_default_chunked_prefill_and_prefix_caching_args`` +
+  ``_set_default_max_num_seqs_and_batched_tokens_args`` (0.19+);
+* ``CacheConfig.gpu_memory_utilization`` default and bounds (``vllm/config/cache.py``);
+* env defaults (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` ...) evaluated from ``vllm/envs.py``.
+
+Stand-ins replace only what is not arithmetic: a simulated CUDA device (:class:`FakeDevice`) stands
+behind ``torch.cuda`` / ``torch.accelerator`` (``mem_get_info``, ``memory_stats``,
+``memory_reserved``, ``empty_cache``); ``profile_run`` / ``profile_cudagraph_memory`` allocate on it
+what the case says; the platform is CUDA; logging is silent.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import gc
+import math
+import os
+import sys
+import time
+import types
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import loader
+from .wheels import EngineSource, engine_source
+
+GiB = 1 << 30
+MiB = 1 << 20
+# gc.collect() in the engine code only frees Python objects; on the simulated device it is a no-op
+# (and the real one costs 30 ms a call).
+_GC = types.SimpleNamespace(collect=lambda *a: 0)
+
+
+def vtuple(version: str) -> tuple:
+    return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in version.split(".")[:3])
+
+
+# ---------------------------------------------------------------------------------------------
+# the simulated device
+# ---------------------------------------------------------------------------------------------
+
+class FakeDevice:
+    """Driver free/total, torch's caching allocator (reserved/allocated/peak) and non-torch memory.
+
+    ``empty_cache`` returns reserved-but-unused memory to the driver except ``pinned`` bytes
+    (fragmented segments the allocator cannot release)."""
+
+    def __init__(self, total: int = 0, free: int = 0):
+        self.reset(total, free)
+
+    def reset(self, total: int, free: int) -> "FakeDevice":
+        self.total = total
+        self.free = free
+        self.reserved = 0
+        self.allocated = 0
+        self.peak = 0
+        self.pinned = 0
+        return self
+
+    def alloc(self, n: int) -> None:
+        self.allocated += n
+        self.peak = max(self.peak, self.allocated)
+        if self.allocated + self.pinned > self.reserved:
+            grow = self.allocated + self.pinned - self.reserved
+            self.reserved += grow
+            self.free -= grow
+
+    def release(self, n: int) -> None:
+        self.allocated -= n
+
+    def pin(self, n: int) -> None:
+        """n bytes of reserved memory stay with torch after empty_cache (fragmentation)."""
+        self.pinned += n
+        self.alloc(0)
+
+    def non_torch(self, n: int) -> None:
+        self.free -= n
+
+    def empty_cache(self) -> None:
+        keep = self.allocated + self.pinned
+        self.free += self.reserved - keep
+        self.reserved = keep
+
+    def reset_peak(self) -> None:
+        self.peak = self.allocated
+
+
+class _Dev:
+    def __init__(self, spec: Any = "cuda:0"):
+        s = spec if isinstance(spec, str) else getattr(spec, "_s", "cuda:0")
+        if isinstance(spec, int):
+            s = f"cuda:{spec}"
+        self._s = s
+        self.type = s.split(":")[0]
+        self.index = int(s.split(":")[1]) if ":" in s else 0
+
+    def __str__(self) -> str:
+        return self._s
+
+    __repr__ = __str__
+
+    def __eq__(self, other: Any) -> bool:
+        return str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(self._s)
+
+
+def fake_torch(dev: FakeDevice) -> types.SimpleNamespace:
+    """``torch`` with the memory queries of ``torch.cuda`` and ``torch.accelerator`` on ``dev``."""
+
+    def mem_get_info(*_a: Any) -> Tuple[int, int]:
+        return dev.free, dev.total
+
+    def memory_stats(*_a: Any) -> Dict[str, int]:
+        return {"allocated_bytes.all.peak": dev.peak, "allocated_bytes.all.current": dev.allocated}
+
+    api = types.SimpleNamespace(
+        mem_get_info=mem_get_info, get_memory_info=mem_get_info, memory_stats=memory_stats,
+        memory_reserved=lambda *_a: dev.reserved, empty_cache=lambda *_a: dev.empty_cache(),
+        reset_peak_memory_stats=lambda *_a: dev.reset_peak(),
+        max_memory_allocated=lambda *_a: dev.peak,
+    )
+    return types.SimpleNamespace(cuda=api, accelerator=api, device=_Dev,
+                                 types=types.SimpleNamespace(Device=object))
+
+
+class _Logger:
+    def __getattr__(self, item: str) -> Any:
+        return lambda *a, **k: None
+
+
+class _Platform:
+    """``current_platform`` = CUDA; device name/memory from the case."""
+
+    def __init__(self, name: str = "NVIDIA H100 80GB HBM3", total: int = 80 * GiB,
+                 capability: Tuple[int, int] = (9, 0)):
+        self.name, self.total, self.capability = name, total, capability
+        self.device_name = "cuda"
+        self.dist_backend = "nccl"
+        self.dev: Optional[FakeDevice] = None
+
+    def current_device(self) -> int:
+        return 0
+
+    def is_integrated_gpu(self, *_a: Any) -> bool:
+        return False
+
+    def is_rocm(self) -> bool:
+        return False
+
+    def is_cuda_alike(self) -> bool:
+        return True
+
+    def is_cuda(self) -> bool:
+        return True
+
+    def is_xpu(self) -> bool:
+        return False
+
+    def is_tpu(self) -> bool:
+        return False
+
+    def is_cpu(self) -> bool:
+        return False
+
+    def get_device_total_memory(self, *_a: Any) -> int:
+        return self.total
+
+    def get_device_name(self, *_a: Any) -> str:
+        return self.name
+
+    def get_device_capability(self, *_a: Any) -> Tuple[int, int]:
+        return tuple(self.capability)
+
+    def mem_get_info(self, *_a: Any) -> Tuple[int, int]:
+        if self.dev is None:
+            raise loader.StandInMissing("conformance: platform mem_get_info without a device")
+        return self.dev.free, self.dev.total
+
+    def is_device_capability(self, cap: Any, *_a: Any) -> bool:
+        return tuple(cap) == tuple(self.capability)
+
+    def set_device(self, *_a: Any) -> None:
+        pass
+
+    def check_if_supports_dtype(self, *_a: Any) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# source helpers
+# ---------------------------------------------------------------------------------------------
+
+def compile_classes(text: str, origin: str, names: List[str], stand_ins: Dict[str, Any]) -> Dict[str, Any]:
+    """Execute module-level ``class``es (with their decorators, e.g. ``@dataclass``) under one
+    strict globals dict (they can name each other); they keep the engine's file name and lines."""
+    tree = loader._parse(text, origin)
+    mod_name = f"_kvscope_conformance.{origin}"
+    sys.modules.setdefault(mod_name, types.ModuleType(mod_name))
+    values = loader.module_literals(text, origin)
+    values.update(stand_ins)
+    g = loader.StrictGlobals(mod_name, values)
+    out: Dict[str, Any] = {}
+    for name in names:
+        node = loader._find_in(tree.body, name, ast.ClassDef)
+        if node is None:
+            raise KeyError(name)
+        clone = ast.Module(body=[loader._copy_node(node)], type_ignores=[])
+        exec(compile(clone, origin, "exec"), g)
+        out[name] = g[name]
+    return out
+
+
+def env_default(text: str, origin: str, key: str) -> Any:
+    """The value of ``environment_variables[key]()`` in ``vllm/envs.py`` with the variable unset."""
+    tree = loader._parse(text, origin)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and k.value == key and isinstance(v, ast.Lambda):
+                    expr = ast.Expression(body=loader._copy_node(v))
+                    fake_os = types.SimpleNamespace(environ={}, getenv=lambda _n, d=None: d,
+                                                    path=os.path)
+                    g = loader.StrictGlobals(origin, {"os": fake_os})
+                    return eval(compile(expr, origin, "eval"), g)()
+    raise KeyError(f"{origin}: no env var {key}")
+
+
+def field_spec(text: str, origin: str, class_name: str, field_name: str) -> Dict[str, Any]:
+    """``x: float = 0.9`` -> {"default": 0.9}; ``x: float = Field(default=0.92, gt=0, le=1)`` ->
+    its literal keywords."""
+    tree = loader._parse(text, origin)
+    cls = loader._find_in(tree.body, class_name, ast.ClassDef)
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == field_name:
+            v = stmt.value
+            if isinstance(v, ast.Call):
+                return {kw.arg: ast.literal_eval(kw.value) for kw in v.keywords}
+            return {"default": ast.literal_eval(v)}
+    raise KeyError(f"{class_name}.{field_name}")
+
+
+def def_line(text: str, origin: str, qualname: str) -> int:
+    return loader.def_lineno(text, origin, qualname)
+
+
+# ---------------------------------------------------------------------------------------------
+# cases
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BudgetCase:
+    """One worker start, physically: what the device holds at each step."""
+
+    total: int
+    init_free: int  # cudaMemGetInfo free at init_snapshot (context, NCCL, co-tenants already out)
+    util: float
+    torch_at_init: int = 0  # torch tensors alive before init_snapshot
+    weights: int = 0  # "Model loading took" (torch-allocated, persistent)
+    non_torch_before_profile: int = 0  # e.g. lazily created NCCL/cuBLAS buffers after init
+    activation: int = 0  # transient torch peak of profile_run above its start
+    persistent: int = 0  # torch tensors profile_run keeps (allocated before its peak)
+    non_torch_profile: int = 0  # non-torch growth during profile_run (attention workspaces ...)
+    pinned: int = 0  # torch memory empty_cache cannot release after profile_run (fragmentation)
+    cudagraph: int = 0  # profile_cudagraph_memory() estimate
+    cudagraph_torch_peak: int = 0  # transient torch peak while profiling graphs
+    cudagraph_mode_none: bool = False  # --enforce-eager
+    kv_cache_memory_bytes: Optional[int] = None
+
+
+@dataclass
+class BudgetResult:
+    requested: Any  # int (0.14+) or float
+    request_error: Optional[str]
+    available: Optional[int] = None
+    torch_peak_increase: Optional[int] = None
+    non_torch_increase: Optional[int] = None
+    weights_memory: Optional[int] = None
+    cudagraph_estimate: Optional[int] = None
+
+
+class _Cfg(types.SimpleNamespace):
+    pass
+
+
+class _Stop(Exception):
+    """Raised by the model-runner stand-in: init_device got past the memory check."""
+
+
+class VllmMem:
+    """One vLLM release's budget and argument-default code."""
+
+    def __init__(self, version: str):
+        self.version = version
+        self.v = vtuple(version)
+        self.src: EngineSource = engine_source("vllm", version)
+        self._cache: Dict[str, Any] = {}
+        self.dev = FakeDevice()
+        self.case: Optional[BudgetCase] = None
+
+    def _cached(self, key: str, build: Any) -> Any:
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    # -- members ------------------------------------------------------------------------------
+    def origin(self, member: str) -> str:
+        return f"{self.src.label}/{member}"
+
+    def text(self, member: str) -> str:
+        return self.src.read(member)
+
+    @property
+    def mem_member(self) -> str:
+        return "vllm/utils/mem_utils.py" if self.v >= (0, 14) else "vllm/utils/__init__.py"
+
+    @property
+    def old_request(self) -> bool:
+        return self._cached("old_request", lambda: not self.src.has("vllm/v1/worker/utils.py") or
+                            "def request_memory" not in self.text("vllm/v1/worker/utils.py"))
+
+    def env(self, key: str) -> Any:
+        ck = "env:" + key
+        if ck not in self._cache:
+            self._cache[ck] = env_default(self.text("vllm/envs.py"), self.origin("vllm/envs.py"), key)
+        return self._cache[ck]
+
+    def util_field(self) -> Dict[str, Any]:
+        m = "vllm/config/cache.py"
+        return field_spec(self.text(m), self.origin(m), "CacheConfig", "gpu_memory_utilization")
+
+    # -- memory classes on a device -------------------------------------------------------------
+    def _mem_classes(self, dev: Optional[FakeDevice] = None) -> Dict[str, Any]:
+        return self._cached("mem_classes", lambda: self._build_mem_classes(self.dev))
+
+    def _build_mem_classes(self, dev: FakeDevice) -> Dict[str, Any]:
+        m = self.mem_member
+        text, origin = self.text(m), self.origin(m)
+        torch = fake_torch(dev)
+        platform = _Platform()
+        platform.dev = dev
+        fmt = None
+        base = {"torch": torch, "time": time, "gc": _GC, "dataclass": dataclasses.dataclass,
+                "field": dataclasses.field, "current_platform": platform, "psutil": None,
+                "GiB_bytes": GiB, "contextlib": contextlib, "Generator": Any, "Optional": Optional,
+                "logger": _Logger()}
+        if self.v >= (0, 14):
+            fmt = loader.compile_defs(text, origin, ["format_gib"], base)["format_gib"]
+            base["format_gib"] = fmt
+        classes = compile_classes(text, origin, ["MemorySnapshot", "MemoryProfilingResult"], base)
+        snap, res = classes["MemorySnapshot"], classes["MemoryProfilingResult"]
+        base.update(classes)
+        prof = loader.compile_defs(text, origin, ["memory_profiling"], base)["memory_profiling"]
+        return {"MemorySnapshot": snap, "MemoryProfilingResult": res,
+                "memory_profiling": contextlib.contextmanager(prof), "format_gib": fmt,
+                "torch": torch, "platform": platform}
+
+    # -- requested memory ---------------------------------------------------------------------
+    def _init_snapshot(self, c: BudgetCase, dev: FakeDevice, mc: Dict[str, Any]) -> Any:
+        if self.v >= (0, 14):
+            return mc["MemorySnapshot"](device=0)
+        return mc["MemorySnapshot"]()
+
+    def request(self, c: BudgetCase, dev: FakeDevice, mc: Dict[str, Any]) -> Tuple[Any, Any, Optional[str]]:
+        """(init_snapshot, requested_memory, ValueError text or None)."""
+        cache_config = _Cfg(gpu_memory_utilization=c.util, kv_cache_memory_bytes=c.kv_cache_memory_bytes)
+        if not self.old_request:
+            m = "vllm/v1/worker/utils.py"
+            fn = self._cached("request_memory", lambda: loader.compile_defs(
+                self.text(m), self.origin(m), ["request_memory"], {
+                    "math": math, "format_gib": mc["format_gib"], "logger": _Logger(),
+                    "MemorySnapshot": mc["MemorySnapshot"], "CacheConfig": Any})["request_memory"])
+            snap = self._init_snapshot(c, dev, mc)
+            try:
+                return snap, fn(snap, cache_config), None
+            except ValueError as exc:
+                return snap, None, str(exc)
+        # 0.10 / 0.11: inline in Worker.init_device; stop at the model-runner construction.
+        m = "vllm/v1/worker/gpu_worker.py"
+
+        def runner(*_a: Any, **_k: Any) -> Any:
+            raise _Stop()
+
+        fn = self._cached("init_device", lambda: loader.compile_defs(self.text(m), self.origin(m), ["Worker.init_device"], {
+            "os": types.SimpleNamespace(environ={}), "torch": mc["torch"], "current_platform": mc["platform"],
+            "init_worker_distributed_environment": lambda *a, **k: None, "set_random_seed": lambda *a: None,
+            "_check_if_gpu_supports_dtype": lambda *a: None,
+            "gc": _GC, "MemorySnapshot": mc["MemorySnapshot"], "GiB_bytes": GiB, "GPUModelRunner": runner,
+            "report_usage_stats": lambda *a: None,
+        })["init_device"])
+        worker = loader.make_host("Worker", {}, {
+            "device_config": _Cfg(device=_Cfg(type="cuda")), "local_rank": 0, "rank": 0,
+            "model_config": _Cfg(dtype="bfloat16", seed=0), "vllm_config": None, "distributed_init_method": "",
+            "cache_config": cache_config,
+        })
+        try:
+            fn(worker)
+        except _Stop:
+            return worker.init_snapshot, worker.requested_memory, None
+        except ValueError as exc:
+            return worker.init_snapshot, None, str(exc)
+        raise AssertionError("init_device returned without constructing the model runner")
+
+    # -- available KV memory --------------------------------------------------------------------
+    def budget(self, c: BudgetCase) -> BudgetResult:
+        dev = self.dev.reset(c.total, c.init_free + c.torch_at_init)
+        dev.alloc(c.torch_at_init)  # free at init_snapshot = c.init_free
+        dev.empty_cache()
+        mc = self._mem_classes()
+        snap, requested, err = self.request(c, dev, mc)
+        if err is not None:
+            return BudgetResult(None, err)
+        # load_model: weights stay allocated
+        dev.alloc(c.weights)
+        dev.non_torch(c.non_torch_before_profile)
+        self.case = c
+        fn = self._cached("determine_available_memory", lambda: self._build_determine(mc))
+        runner = types.SimpleNamespace(model_memory_usage=c.weights, profile_run=self._profile_run,
+                                       profile_cudagraph_memory=self._profile_cudagraph_memory)
+        worker = loader.make_host("Worker", fn, {
+            "cache_config": _Cfg(gpu_memory_utilization=c.util, kv_cache_memory_bytes=c.kv_cache_memory_bytes),
+            "init_snapshot": snap, "requested_memory": requested, "model_runner": runner,
+            "device": _Dev(0), "rank": 0, "randomize_dummy_inputs": False, "use_v2_model_runner": False,
+            "vllm_config": _Cfg(compilation_config=_Cfg(
+                cudagraph_mode=_CUDAGraphMode.NONE if c.cudagraph_mode_none else _CUDAGraphMode.PIECEWISE,
+                cudagraph_mm_encoder=False)),
+            "model_config": _Cfg(multimodal_config=None, enforce_eager=c.cudagraph_mode_none),
+            "parallel_config": _Cfg(_api_process_count=1, world_size=1),
+        })
+        available = worker.determine_available_memory()
+        return BudgetResult(requested, None, available, weights_memory=c.weights,
+                            cudagraph_estimate=getattr(worker, "cudagraph_memory_estimate", None))
+
+    def _profile_run(self, *_a: Any, **_k: Any) -> None:
+        c, dev = self.case, self.dev
+        dev.alloc(c.persistent)
+        dev.alloc(c.activation)
+        dev.release(c.activation)
+        dev.non_torch(c.non_torch_profile)
+        dev.pin(c.pinned)
+
+    def _profile_cudagraph_memory(self) -> int:
+        c, dev = self.case, self.dev
+        dev.alloc(c.cudagraph_torch_peak)
+        dev.release(c.cudagraph_torch_peak)
+        dev.empty_cache()
+        return c.cudagraph
+
+    def _build_determine(self, mc: Dict[str, Any]) -> Dict[str, Any]:
+        m = "vllm/v1/worker/gpu_worker.py"
+        text, origin = self.text(m), self.origin(m)
+        stand_ins: Dict[str, Any] = {
+            "torch": mc["torch"], "memory_profiling": mc["memory_profiling"], "logger": _Logger(), "gc": _GC,
+            "current_platform": mc["platform"], "GiB_bytes": GiB,
+            "envs": _Envs(self), "CUDAGraphMode": _CUDAGraphMode, "nullcontext": contextlib.nullcontext,
+            "set_current_vllm_config": lambda *a, **k: contextlib.nullcontext(),
+        }
+        if mc["format_gib"] is not None:
+            stand_ins["format_gib"] = mc["format_gib"]
+        names = ["Worker.determine_available_memory"]
+        if loader.has_def(text, origin, "maybe_rocm_profiling_fallback"):
+            names.append("maybe_rocm_profiling_fallback")
+        if loader.has_def(text, origin, "Worker._reserve_mm_ipc_gpu_memory"):
+            names.append("Worker._reserve_mm_ipc_gpu_memory")
+        if "maybe_apply_startup_plan" in text:
+            sp = "vllm/v1/worker/startup_plan.py"
+            stand_ins["maybe_apply_startup_plan"] = loader.compile_defs(
+                self.text(sp), self.origin(sp), ["maybe_apply_startup_plan"],
+                {"envs": _Envs(self)})["maybe_apply_startup_plan"]
+        if "reserve_mm_ipc_gpu_memory(" in text.replace("_reserve_mm_ipc_gpu_memory(", ""):
+            ipc = "vllm/multimodal/gpu_ipc_memory.py"
+            stand_ins["reserve_mm_ipc_gpu_memory"] = loader.compile_defs(
+                self.text(ipc), self.origin(ipc), ["reserve_mm_ipc_gpu_memory"],
+                {"GiB_bytes": GiB, "logger": _Logger()})["reserve_mm_ipc_gpu_memory"]
+        fns = loader.compile_defs(text, origin, names, stand_ins)
+        methods = {k: f for k, f in fns.items() if k in ("determine_available_memory", "_reserve_mm_ipc_gpu_memory")}
+
+        @contextlib.contextmanager
+        def scoped(*_a: Any, **_k: Any):
+            yield
+
+        methods["_scoped_allocator_max_split"] = scoped
+        return methods
+
+    # -- batch defaults -----------------------------------------------------------------------
+    def prefix_caching_decided_in_engine_args(self) -> bool:
+        """0.19+: ``_set_default_chunked_prefill_and_prefix_caching_args`` from ModelConfig properties.
+        0.10-0.11 set True there for every generate model and the model's own config class turns it
+        off later (``models/config.py``), so it is not compared for them."""
+        m = "vllm/engine/arg_utils.py"
+        return loader.has_def(self.text(m), self.origin(m), "EngineArgs.get_batch_defaults")
+
+    def _model_config(self, max_model_len: int, is_hybrid: bool) -> Any:
+        m = "vllm/config/model.py"
+        text, origin = self.text(m), self.origin(m)
+        names = ["ModelConfig.attn_type", "ModelConfig.is_chunked_prefill_supported",
+                 "ModelConfig.is_prefix_caching_supported"]
+        fns = self._cached("model_config_props", lambda: loader.compile_defs(text, origin, names, {"logger": _Logger()}))
+        return loader.make_host("ModelConfig", {k: f if isinstance(f, property) else property(f) for k, f in fns.items()}, dict(
+            runner_type="generate", max_model_len=max_model_len, pooler_config=None, is_hybrid=is_hybrid,
+            is_attention_free=False, is_encoder_decoder=False, is_multimodal_model=False,
+            is_mm_prefix_lm=False, hf_config=_Cfg(is_causal=True)))
+
+    def batch_defaults(self, *, gpu_total: int, gpu_name: str, capability: Tuple[int, int], api_server: bool,
+                       max_num_batched_tokens: Optional[int], max_num_seqs: Optional[int],
+                       enable_chunked_prefill: Optional[bool], max_model_len: int, tp: int = 1, pp: int = 1,
+                       is_hybrid: bool = False) -> Tuple[int, int, bool, Optional[bool]]:
+        """(max_num_batched_tokens, max_num_seqs, enable_chunked_prefill, enable_prefix_caching)
+        after EngineArgs' defaults for a generate (non-pooling) model."""
+        m = "vllm/engine/arg_utils.py"
+        text, origin = self.text(m), self.origin(m)
+        platform = self._cached("batch_platform", _Platform)
+        platform.name, platform.total, platform.capability = gpu_name, gpu_total, capability
+        usage = _UsageContext.OPENAI_API_SERVER if api_server else _UsageContext.LLM_CLASS
+        usage_mod = types.SimpleNamespace(UsageContext=_UsageContext)
+        sched = self._cached("sched", self._scheduler_consts)
+        stand_ins = {"current_platform": platform, "GiB_bytes": GiB, "logger": _Logger(), "sys": sys,
+                     "SchedulerConfig": sched, "EngineArgs": types.SimpleNamespace(scheduler_cls="default")}
+        modules = {"vllm.usage.usage_lib": usage_mod}
+        attrs = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                     enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=None,
+                     enable_prompt_embeds=False, scheduler_cls="default", tensor_parallel_size=tp,
+                     pipeline_parallel_size=pp, performance_mode="balanced")
+        if self.prefix_caching_decided_in_engine_args():
+            model_config = self._model_config(max_model_len, is_hybrid)
+            names = ["EngineArgs.get_batch_defaults", "EngineArgs._set_default_chunked_prefill_and_prefix_caching_args",
+                     "EngineArgs._set_default_max_num_seqs_and_batched_tokens_args"]
+            stand_ins["CpuArchEnum"] = types.SimpleNamespace(RISCV="riscv")
+            fns = self._cached("batch_v2", lambda: loader.compile_defs(text, origin, names, stand_ins, modules))
+            host = loader.make_host("EngineArgs", {"get_batch_defaults": fns["get_batch_defaults"]}, attrs)
+            host._set_default_chunked_prefill_and_prefix_caching_args = types.MethodType(
+                fns["_set_default_chunked_prefill_and_prefix_caching_args"], host)
+            host._set_default_chunked_prefill_and_prefix_caching_args(model_config)
+            setter = fns["_set_default_max_num_seqs_and_batched_tokens_args"]
+            code = setter.__code__
+            if "parallel_config" in code.co_varnames[:code.co_argcount]:
+                setter(host, usage, model_config, _Cfg(use_batched_dp_moe=False))
+            else:
+                setter(host, usage, model_config)
+        else:
+            model_config = _Cfg(runner_type="generate", max_model_len=max_model_len)
+            name = "EngineArgs._set_default_args" if loader.has_def(text, origin, "EngineArgs._set_default_args") \
+                else "EngineArgs._set_default_args_v1"
+            fn = self._cached("batch_v1", lambda: loader.compile_defs(text, origin, [name], stand_ins, modules)[
+                name.split(".")[-1]])
+            host = loader.make_host("EngineArgs", {}, attrs)
+            fn(host, usage, model_config)
+        return host.max_num_batched_tokens, host.max_num_seqs, host.enable_chunked_prefill, host.enable_prefix_caching
+
+    def _scheduler_consts(self) -> Any:
+        m = "vllm/config/scheduler.py"
+        text, origin = self.text(m), self.origin(m)
+        tree = loader._parse(text, origin)
+        cls = loader._find_in(tree.body, "SchedulerConfig", ast.ClassDef)
+        out: Dict[str, Any] = {}
+        for stmt in cls.body:
+            tgt = stmt.target if isinstance(stmt, ast.AnnAssign) else (
+                stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None)
+            if isinstance(tgt, ast.Name) and tgt.id.startswith("DEFAULT_") and stmt.value is not None:
+                try:
+                    out[tgt.id] = ast.literal_eval(stmt.value)
+                except ValueError:
+                    pass
+        return types.SimpleNamespace(**out)
+
+
+class _Envs:
+    """``vllm.envs`` with every variable at the default ``vllm/envs.py`` gives it."""
+
+    def __init__(self, engine: VllmMem):
+        object.__setattr__(self, "_engine", engine)
+
+    def __getattr__(self, item: str) -> Any:
+        return self._engine.env(item)
+
+
+class _CUDAGraphMode:
+    NONE = "NONE"
+    PIECEWISE = "PIECEWISE"
+    FULL = "FULL"
+
+
+class _UsageContext:
+    class _U:
+        def __init__(self, value: str):
+            self.value = value
+
+        def __repr__(self) -> str:
+            return self.value
+
+    LLM_CLASS = _U("LLM_CLASS")
+    OPENAI_API_SERVER = _U("OPENAI_API_SERVER")
+    UNKNOWN_CONTEXT = _U("UNKNOWN_CONTEXT")
+
+
+def mem_members(version: str) -> Tuple[str, ...]:
+    v = vtuple(version)
+    out = ["vllm/v1/worker/gpu_worker.py", "vllm/v1/worker/utils.py", "vllm/envs.py", "vllm/config/cache.py"]
+    out.append("vllm/utils/mem_utils.py" if v >= (0, 14) else "vllm/utils/__init__.py")
+    if v >= (0, 26):
+        out += ["vllm/v1/worker/startup_plan.py", "vllm/multimodal/gpu_ipc_memory.py"]
+    return tuple(out)
+
+
+def args_members(version: str) -> Tuple[str, ...]:
+    model = "vllm/config/model.py" if vtuple(version) >= (0, 11) else "vllm/config/__init__.py"
+    return ("vllm/engine/arg_utils.py", "vllm/config/scheduler.py", "vllm/config/cache.py", "vllm/envs.py", model)
+
+
+def engine(version: str) -> VllmMem:
+    return VllmMem(version)
