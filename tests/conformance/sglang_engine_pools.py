@@ -833,10 +833,11 @@ class SWACase:
     chunked_prefill_size: Optional[int] = 8192
     dp_size: int = 1
     enable_dp_attention: bool = False
-    speculative_algorithm: Optional[str] = None  # (no draft KV layers in the SWA pools)
+    speculative_algorithm: Optional[str] = None
     speculative_num_steps: Optional[int] = None
     speculative_eagle_topk: Optional[int] = None
     speculative_num_draft_tokens: Optional[int] = None
+    eagle_draft_num_layers: Optional[int] = None  # spec_aux_config (the draft's KV layers)
 
 
 @dataclass
@@ -911,7 +912,8 @@ def _swa(self: SGLangPools, c: SWACase) -> SWAResult:
         pp_size=1, dp_size=attn_dp, attn_dp_size=attn_dp, ps=types.SimpleNamespace(attn_dp_size=attn_dp),
         is_hybrid_swa=True, sliding_window_size=c.sliding_window,
         page_size=c.page_size, spec_algorithm=SpecAlgo(c.speculative_algorithm), is_draft_worker=False,
-        spec_aux_config=types.SimpleNamespace(eagle_draft_num_layers=None, eagle_draft_swa_num_layers=None),
+        spec_aux_config=types.SimpleNamespace(eagle_draft_num_layers=c.eagle_draft_num_layers,
+                                              eagle_draft_swa_num_layers=None),
         layer_info=types.SimpleNamespace(full_attention_layer_ids=mc.full_attention_layer_ids,
                                          swa_attention_layer_ids=mc.swa_attention_layer_ids))
     host.fused_entry_bytes = lambda name: None

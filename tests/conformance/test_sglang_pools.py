@@ -347,8 +347,10 @@ def _gen_spec(rng: random.Random, version: str) -> dict:
     if _vtuple(version) < (0, 5, 14) or rng.random() < 0.6:
         return {}
     steps, topk = rng.choice([1, 2, 3, 5]), rng.choice([1, 1, 2, 4])
-    return dict(speculative_algorithm=rng.choice(["EAGLE", "EAGLE3", "NGRAM"]), speculative_num_steps=steps,
-                speculative_eagle_topk=topk, speculative_num_draft_tokens=rng.choice([steps + 1, steps * topk, 8]))
+    algo = rng.choice(["EAGLE", "EAGLE3", "STANDALONE", "NGRAM"])
+    return dict(speculative_algorithm=algo, speculative_num_steps=steps, speculative_eagle_topk=topk,
+                speculative_num_draft_tokens=rng.choice([steps + 1, steps * topk, 8]),
+                eagle_draft_num_layers=rng.choice([None, 1, 1, 2, 4]) if algo != "NGRAM" else None)
 
 
 def _mha_spec(c: SWACase, heads: int, head_dim: int, v_head_dim: int):
@@ -375,7 +377,9 @@ def kvscope_swa(version: str, c: SWACase):
         max_running_requests=c.max_running_requests, chunked_prefill_size=c.chunked_prefill_size,
         attn_dp_size=c.dp_size if c.enable_dp_attention else 1, speculative_algorithm=c.speculative_algorithm,
         num_steps=c.speculative_num_steps, topk=c.speculative_eagle_topk,
-        num_draft_tokens=c.speculative_num_draft_tokens)
+        num_draft_tokens=c.speculative_num_draft_tokens,
+        draft_full_layers=(c.eagle_draft_num_layers or 0) if c.speculative_algorithm in ("EAGLE", "EAGLE3",
+                                                                                         "STANDALONE") else 0)
     if p.error is not None:
         return None, None, None, p.error
     return p.max_total_num_tokens, p.full_tokens, p.swa_tokens, None

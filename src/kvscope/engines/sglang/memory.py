@@ -502,7 +502,8 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
                      max_running_requests: int | None = None, chunked_prefill_size: int | None = None,
                      attn_dp_size: int = 1, swa_eviction_interval: int = 128,
                      speculative_algorithm: str | None = None, num_steps: int | None = None,
-                     topk: int | None = None, num_draft_tokens: int | None = None) -> SWAPools:
+                     topk: int | None = None, num_draft_tokens: int | None = None,
+                     draft_full_layers: int = 0) -> SWAPools:
     """The hybrid sliding-window split, per release. F/S = bytes per token per full/SWA layer,
     r = ``--swa-full-tokens-ratio``; ``available_bytes`` = the profile's ``int(rest × 2^30)``.
 
@@ -529,8 +530,13 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
       (``max(1, …)`` and ``chunk > 0`` required after 0.5.20), ``swa = ceil(cap / page) · page``, and the
       rest of the budget goes to the full pool: ``full = int((bytes − swa S ns) // (F nf)) // page · page``
       (RuntimeError when <= 0); a cap re-solve keeps swa ``min(swa, T)``. Overlap schedule on, not a PD
-      decode node, no draft KV layers in the SWA pools.
+      decode node.
+    * The EAGLE/STANDALONE draft (0.5.18+, ``draft_full_layers`` = ``eagle_draft_num_layers``) is priced
+      at the full-layer width inside the same pools: ``F (nf + d) + r S ns`` (all-SWA: ``S ns + F d``;
+      request cap: full cell ``F (nf + d)``). 0.5.14 adds no draft share for hybrid SWA models.
+      (Banded MTP depths of Inkling and ``eagle_draft_swa_num_layers`` are not modelled.)
     """
+    d = draft_full_layers if at_least(v, "0.5.18") else 0
     F, nf, S, ns = full_layer_bytes, num_full_layers, swa_layer_bytes, num_swa_layers
 
     def align(x: float) -> int:
@@ -587,7 +593,7 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
         cap = per_request * n + 2 * chunked_prefill_size + page_size
         swa = -(-cap // page_size) * page_size
         fixed = swa * S * ns
-        full = int((available_bytes - fixed) // (F * nf)) // page_size * page_size
+        full = int((available_bytes - fixed) // (F * (nf + d))) // page_size * page_size
         if full <= 0:
             return SWAPools(full, full, swa, (
                 f"RuntimeError: SWA pool cap ({swa} tokens, {fixed / (1 << 30):.2f} GiB) leaves no room for the "
@@ -599,7 +605,7 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
                             None if capped_full > 0 else runtime_error_text(v, mem_fraction_static))
         return SWAPools(full, full, swa)
 
-    cell = S * ns if nf == 0 else F * nf + ratio * S * ns + draft_bytes
+    cell = S * ns + F * d if nf == 0 else F * (nf + d) + ratio * S * ns + draft_bytes
     first = solve(int(available_bytes // cell))
     if first.error is not None:
         return first

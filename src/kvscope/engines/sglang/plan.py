@@ -212,7 +212,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
             v, available_bytes=prof.rest_memory_bytes, full_layer_bytes=cell.full_layer_bytes,
             num_full_layers=cell.num_full_layers, swa_layer_bytes=cell.swa_layer_bytes or cell.full_layer_bytes,
             num_swa_layers=cell.num_swa_layers, page_size=page, ratio=0.8, max_total_tokens=a.max_total_tokens,
-            sliding_window=spec.sliding_window, draft_bytes=cell.draft_bytes, mem_fraction_static=mfs,
+            sliding_window=spec.sliding_window, draft_full_layers=draft_layers, mem_fraction_static=mfs,
             llama4_chunk_ratio=spec.sliding_window / context_len if llama4 else None,
             disable_radix_cache=a.disable_radix_cache, max_running_requests=a.max_running_requests,
             chunked_prefill_size=d.chunked_prefill_size, attn_dp_size=a.attn_dp_size,
