@@ -198,8 +198,15 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
 
     error = prof.error
     profiled = min(stage_tokens)
-    tokens, capped = mem.apply_token_constraints(min(mem.round_to_page(t, page) for t in stage_tokens) if error is None
-                                                 else 0, page, a.max_total_tokens)
+    spec_headroom = 0  # <0.5.9: the target pads the shared pool for EAGLE drafts (memory.classic_spec_headroom_tokens)
+    if error is None and a.speculative_algorithm and not at_least(v, "0.5.9"):
+        est = a.max_running_requests if a.max_running_requests is not None else min(
+            max(int(profiled / context_len * 512), 2048), 4096)
+        spec_headroom = mem.classic_spec_headroom_tokens(
+            v, a.speculative_algorithm, est, num_steps=a.speculative_num_steps or 0,
+            topk=a.speculative_eagle_topk or 0, num_draft_tokens=a.speculative_num_draft_tokens or 0)
+    tokens, capped = mem.apply_token_constraints(min(mem.round_to_page(t + spec_headroom, page) for t in stage_tokens)
+                                                 if error is None else 0, page, a.max_total_tokens)
     if capped:
         warnings.append(f"max_total_tokens={a.max_total_tokens} is larger than the profiled value "
                         f"{profiled}. Use the profiled value instead." if a.max_total_tokens > profiled else
