@@ -65,11 +65,11 @@ MEMORYISH = re.compile(
 # (tests/doctor/test_fuzz.py checks every recognised seed line passes the anchors).
 TRIGGER_ANCHORS = (
     b"mem", b"Mem", b"KV", b"Load weight", b"took", b"max_total_", b"server_args=", b"sglang", b"vllm", b"vLLM",
-    b"llreduce", b"fired up", b"was reduced", b"Scheduler hit", b"Mamba", b"concurrency", b"GPU blocks",
+    b"llreduce", b"fired up", b"was reduced", b"Scheduler hit", b"Mamba", b"concurrency", b"blocks: ",
     b"CUDA graph", b"max seq len", b"To serve", b"uto-fit", b"non-default", b"LLM engine", b"startup complete",
     b"kv_cache_tokens", b"num_gpu_blocks", b"platform", b"block size", b"Preemption", b"Init ", b"model weights take",
-    b"graph bs", b"cuda graph", b"failed to start", b"to load model", b"Cudagraph is", b"with config", b"blocks: ",
-    b"Capturing CUDA graphs", b"died, exit code", b"device_name=", b"page_size from", b"Capturing ", b"num tokens (",
+    b"cuda graph", b"failed to start", b"to load model", b"Cudagraph is", b"died, exit code", b"device_name=",
+    b"page_size from", b"Capturing ", b"num tokens (",
 )
 MEMORYISH_ANCHORS = (b"mem", b"Mem", b"MEM", b"GiB", b"GB", b"KV", b"OOM", b"graph", b"Error", b"ERROR", b"WARN",
                      b"Traceback", b"page", b"gpu_memory")
