@@ -1,29 +1,39 @@
-"""SGLang's pool-sizing code after the profile, per release, runnable without torch or a GPU.
+"""SGLang's pool-sizing code around and after the profile, per release, runnable without torch or a GPU.
 
-Covers what ``sglang_engine.py`` does not: the request limit (``max_num_reqs`` /
-``max_running_requests``), the ``req_to_token`` pool, the classic speculative headroom added to the
-shared KV pool, the mamba carve (``handle_max_mamba_cache``) and the multimodal reservation.
+Covers what ``sglang_engine.py`` does not. Each entry point takes a plain case, builds stand-in
+``self`` objects, and runs the release's own code (extracted with :mod:`loader`, strict globals):
 
-Engine code run, per release (extracted from the wheel with :mod:`loader`, strict globals):
+* :meth:`SGLangPools.request_pools`: ``max_num_reqs`` / ``max_running_requests``, the ``req_to_token``
+  table (its rows and row length, via the release's ``ReqToTokenPool.__init__``), the classic
+  speculative headroom, the ``--max-total-tokens`` cap, page rounding and the mamba request cap.
+  * <=0.5.6: ``ModelRunner.init_memory_pool`` (model_runner.py), sliced up to the req pool, plus the
+    ``self.max_running_requests = min(...)`` statement of ``TpModelWorker.__init__``.
+  * 0.5.9: mixin ``init_memory_pool`` plus the statement of ``ModelRunner.initialize`` (l.593).
+  * 0.5.13/0.5.14: mixin ``_resolve_memory_pool_config`` and friends, plus ``mem_cache/common.py``.
+  * 0.5.18+: ``KVCacheConfigurator._resolve_memory_pool_config`` and friends, plus
+    ``allocation_sizing.py``.
+* :meth:`SGLangPools.mamba`: ``handle_max_mamba_cache`` / ``_handle_max_mamba_cache`` (the carve).
+* :meth:`SGLangPools.mamba_per_req`: ``Mamba2StateShape.create`` + ``mamba_cache_per_req``.
+* :meth:`SGLangPools.profile_mm`: the profile with ``mm_runtime_reservation_gb`` and the carve.
+* :meth:`SGLangPools.swa`: the hybrid sliding-window split.
+  * 0.5.6: ``set_num_token_hybrid``.
+  * 0.5.9: ``set_num_tokens_hybrid_swa``.
+  * 0.5.13+: ``HybridSWAPoolConfigurator`` and the request-cap configurators, chosen by the
+    release's ``create_memory_pool_configurator``.
+* :meth:`SGLangPools.cell`: cell variants (DSA indexer, FP4, mxfp8, drafts in the budget).
 
-* 0.4.6.post5 / 0.5.6: ``ModelRunner.init_memory_pool`` (model_runner.py), sliced up to the
-  ``req_to_token_pool`` construction, + the ``self.max_running_requests = min(...)`` statement of
-  ``TpModelWorker.__init__`` (managers/tp_worker.py) + ``ReqToTokenPool.__init__``.
-* 0.5.9: ``ModelRunnerKVCacheMixin.init_memory_pool`` (same slice) + the statement of
-  ``ModelRunner.initialize`` (model_runner.py l.593) + ``ReqToTokenPool.__init__``.
-* 0.5.13 / 0.5.14: mixin ``_resolve_memory_pool_config`` + ``_apply_token_constraints`` +
-  ``_resolve_max_num_reqs``, ``DefaultPoolConfigurator.calculate_pool_sizes[_from_max_tokens]``,
-  ``MemoryPoolConfig``, ``mem_cache/common.py::get_req_to_token_extra_context_len`` (+ the alloc
-  helpers) and ``ReqToTokenPool.__init__`` (the row count, incl. the +1 padding row).
-* 0.5.18 / 0.5.23: ``KVCacheConfigurator._resolve_memory_pool_config`` + ``config_from_budget`` +
-  ``_apply_token_constraints`` + ``resolve_max_num_reqs`` + ``_build_req_to_token_pool`` /
-  ``_build_default_req_pool``, the configurator, ``allocation_sizing.py`` and ``ReqToTokenPool``.
+Stand-ins replace only what is not arithmetic:
+* the profile result. ``profile_max_num_token`` returns the case's token count; the current
+  path's ``_profile_available_bytes`` returns it as bytes with a 1-byte cell, so the real
+  ``calculate_pool_sizes`` does the page rounding;
+* ``torch.zeros``, which records the shape;
+* the memory saver;
+* ``SpeculativeAlgorithm``, reduced to name predicates: ``is_eagle`` = EAGLE/EAGLE3,
+  ``has_draft_kv`` = not NGRAM;
+* architecture predicates (``is_deepseek_dsa``);
+* env flags at their defaults. Numeric defaults are read from the release's ``environ.py``.
 
-Stand-ins: the profile result (``profile_max_num_token`` returns the case's token count; the
-current path's ``_profile_available_bytes`` returns it as bytes with a 1-byte cell, so the real
-``calculate_pool_sizes`` does the page rounding), ``torch.zeros`` (records the shape), the memory
-saver, and ``SpeculativeAlgorithm`` (name predicates only: ``is_eagle`` = EAGLE/EAGLE3,
-``has_draft_kv`` = not NGRAM). Nothing else defaults: a missing name raises.
+Nothing else defaults: a missing name raises.
 """
 from __future__ import annotations
 
@@ -454,14 +464,13 @@ class SGLangPools:
             "configured_pp_size": lambda: 1, "torch": torch, "logging": log, "logger": log,
             "_is_npu": False, "ReqToTokenPool": self._req_pool_cls(),
         }
-        # allocation_sizing.py: runs the real module-level helpers; its runtime_context imports get
-        # the same stand-ins (max_speculative_num_draft_tokens is the released one when present).
+        # allocation_sizing.py: the release's own helpers, with runtime_context's
+        # max_speculative_num_draft_tokens compiled from the same release.
         al = "sglang/srt/mem_cache/allocation_sizing.py"
         al_names = ["get_req_to_token_extra_context_len", "get_alloc_reserve_per_decode", "get_alloc_len_per_decode"]
         text = self._text(al)
         if loader.has_def(text, self.origin(al), "get_alloc_page_size"):
             al_names.append("get_alloc_page_size")
-        rc = "sglang/srt/runtime_context.py"
         mx = self._max_draft_tokens()
         spec_mod = types.SimpleNamespace(SpeculativeAlgorithm=SpecAlgo)
         alloc = loader.compile_defs(text, self.origin(al), al_names, dict(common, max_speculative_num_draft_tokens=mx),
@@ -476,7 +485,6 @@ class SGLangPools:
         fns = loader.compile_defs(self._text(m), self.origin(m), names, dict(
             common, get_req_to_token_extra_context_len=alloc["get_req_to_token_extra_context_len"],
             is_deepseek_v4=lambda hf: False), modules=modules)
-        del rc
         fns["_extra_len"] = alloc["get_req_to_token_extra_context_len"]
         return fns
 
@@ -762,7 +770,6 @@ def _profile_mm(self: SGLangPools, c: ProfileMMCase) -> ProfileMMResult:
 
 
 def _compile_profile_mm(self: SGLangPools) -> Dict[str, Any]:
-    import gc as _gc  # noqa: F401  (the engine calls gc.collect(); a no-op stand-in below)
     out = dict(_compile_mamba(self))
     avail = lambda *a, **k: self._pcase.available_gib  # noqa: E731
     world = lambda: types.SimpleNamespace(world_size=1, cpu_group=None)  # noqa: E731
@@ -1278,8 +1285,8 @@ def _compile_cell(self: SGLangPools) -> Dict[str, Any]:
         return out
     if self.v < (0, 5, 13):
         m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
-        out.update(loader.compile_defs(self._text(m), self.origin(m), ["ModelRunnerKVCacheMixin.get_cell_size_per_token"],
-                                       common))
+        out.update(loader.compile_defs(self._text(m), self.origin(m),
+                                       ["ModelRunnerKVCacheMixin.get_cell_size_per_token"], common))
         return out
     modules: Dict[str, Any] = {"sglang.srt.layers.cp.utils": types.SimpleNamespace(  # GLM DSA CP layer split off
         get_glm_dsa_layer_split_effective_num_layers=lambda kvc, n: n,

@@ -1,12 +1,18 @@
-"""kvscope.engines.sglang.memory after the profile vs SGLang's own code, per release.
+"""kvscope.engines.sglang.memory around and after the profile vs SGLang's own code, per release.
 
-Request pools (``request_pools``: ``max_num_reqs`` / ``max_running_requests``, the ``req_to_token``
-table's rows x row length x 4 B, the classic speculative headroom, the ``--max-total-tokens`` cap,
-page rounding and the RuntimeError text) against ``init_memory_pool`` + the ``max_running_requests``
-statement (<=0.5.9), ``_resolve_memory_pool_config`` + ``_resolve_max_num_reqs`` (mixin, 0.5.13-0.5.14)
-and ``KVCacheConfigurator._resolve_memory_pool_config`` + ``resolve_max_num_reqs`` +
-``_build_req_to_token_pool`` (0.5.18+), each with the release's ``ReqToTokenPool.__init__``.
-See ``sglang_engine_pools.py`` for the stand-ins.
+* ``test_request_pools``: ``memory.request_pools`` (``max_num_reqs`` / ``max_running_requests``, the
+  ``req_to_token`` rows x row length x 4 B, the classic speculative headroom, the cap, page rounding,
+  the mamba request cap, the RuntimeError texts).
+* ``test_mamba_carve``: ``memory.handle_max_mamba_cache``.
+* ``test_mamba_state_bytes``: ``memory.mamba_state_bytes_per_req`` on parsed Qwen3-Next / Nemotron-H
+  configs.
+* ``test_profile_mm_reservation_and_mamba``: ``memory.profile`` with ``mm_reservation_gib`` and the
+  carve.
+* ``test_hybrid_swa_split``: ``memory.hybrid_swa_pools``.
+* ``test_cell_variants``: ``memory.cell_size`` for DSA, FP4, mxfp8 and drafts in the budget.
+
+The engine side and its stand-ins are in ``sglang_engine_pools.py``; the per-release functions are
+listed in docs/conformance.md. The bar is 0 mismatches.
 """
 from __future__ import annotations
 
@@ -234,7 +240,8 @@ def test_mamba_state_bytes(version, multiplier):
             ours = f"AssertionError: {exc.engine_text}"
         if ours != theirs:
             bad.append((cfg, shape, ours, theirs))
-    count_cases("sglang", version, "mamba/GDN state bytes per request (Mamba2StateShape.create + mamba_cache_per_req)", n)
+    count_cases("sglang", version,
+                "mamba/GDN state bytes per request (Mamba2StateShape.create + mamba_cache_per_req)", n)
     assert not bad, (f"sglang {version}: {len(bad)}/{n} differ; first: "
                      + "; ".join(f"{s} kvscope={o} engine={t}" for _c, s, o, t in bad[:3]))
 
