@@ -3,7 +3,15 @@
 Pure functions, version by version. Sources (released wheels):
 ``model_executor/model_runner.py`` (<=0.5.6), ``model_executor/model_runner_kv_cache_mixin.py``
 (0.5.7-0.5.17), ``model_executor/pool_configurator.py`` (0.5.11+),
-``mem_cache/kv_cache_configurator.py`` (0.5.18+), ``utils/common.py::get_available_gpu_memory``.
+``mem_cache/kv_cache_configurator.py`` (0.5.18+), ``mem_cache/allocation_sizing.py`` (0.5.18+),
+``configs/mamba_utils.py``, ``utils/common.py::get_available_gpu_memory``.
+
+Conformance-tested against those files for 0.4.6.post5, 0.5.6, 0.5.9, 0.5.13, 0.5.14, 0.5.18 and
+0.5.23 (tests/conformance/test_sglang_memory.py, test_sglang_pools.py; docs/conformance.md):
+``cell_size``, ``profile``, ``mm_reservation_gib``, ``handle_max_mamba_cache``,
+``mamba_state_bytes_per_req``, ``request_pools`` (with ``max_num_reqs`` and the ``req_to_token``
+helpers), ``hybrid_swa_pools`` and the error texts. Version gates for changes first seen in an
+unpinned release sit at the first pinned release that has them.
 """
 
 from __future__ import annotations
@@ -296,9 +304,7 @@ def handle_max_mamba_cache(v: Version, rest_gib: float, per_req_bytes: int, *, r
       after 0.5.20 ``max(1, running // dp)``. (PP=1; no ReplaySSM, no fused draft state, no extra buffer.)
     """
     g = 1 << 30
-    if per_req_bytes <= 0 and not at_least(v, "0.5.9"):
-        pass
-    elif per_req_bytes <= 0:
+    if per_req_bytes <= 0 and at_least(v, "0.5.9"):  # (0.5.6 handles a zero state in its own branch)
         return MambaCarve(rest_gib, 0, 0)
     dp = attn_dp_size
     D = speculative_num_draft_tokens
