@@ -369,7 +369,7 @@ def _report_sglang(log: sglang_logs.SglangLog, s: _Scan, model: str | None) -> D
     flags, sources = sglang_logs.effective_flags(log)
     model_name = _model_from(flags, model)
     cell = _sglang_cell_bytes(model_name, flags, log)
-    an = analyze_sglang(log, cell_bytes=cell)
+    an = analyze_sglang(log, cell_bytes=cell, version=log.version_printed or _representative(log))
     version, vextra = _version(log.version_printed, sglang_logs.version_specifier(log.version_markers))
     _common_findings(an, s, log.starts_seen)
     if log.is_empty:

@@ -210,9 +210,10 @@ def custom_allreduce_forced(an: "Analysis", log: Any, flags: dict, world: int | 
 # SGLang
 # ---------------------------------------------------------------------------------------------
 
-def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa: C901 - one rule per block
+def analyze_sglang(log: Any, cell_bytes: int | None = None, version: str | None = None) -> Analysis:  # noqa: C901
     """Findings and checks for one SGLang start. ``cell_bytes``: exact KV bytes per token when the
-    model is known (from the model catalog), else the doctor estimates it from the printed sizes."""
+    model is known (from the model catalog), else the doctor estimates it from the printed sizes.
+    ``version``: the release whose formulas apply (printed, or a representative of the format range)."""
     from .engines.sglang.logs import baseline_gib, effective_flags, post_load_gib, target_and_draft
 
     an = Analysis()
@@ -404,6 +405,7 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
         an.check("max_total_num_tokens", int(summary["max_total_num_tokens"]), int(kv_obs.tokens.value),
                  int(summary["max_total_num_tokens"]) == int(kv_obs.tokens.value), "#tokens of the KV pool",
                  [log.summary_evidence, kv_obs.tokens.evidence])
+    _sglang_max_running_check(an, log, flags, tokens, version)
     if kv_obs is not None and cell_bytes and kv_obs.tokens.value > 0:
         size = (kv_obs.tokens.value + page) * cell_bytes / GiB
         printed = kv_obs.size_gib
@@ -420,7 +422,7 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
                  "int((post − pre·(1 − mfs))·2^30) // cell // page · page, figures ±0.005 GiB",
                  [pre_ev, post_ev, kv_obs.tokens.evidence])
     for c in an.checks:
-        if not c.agrees and c.name != "effective mem_fraction_static":
+        if not c.agrees and c.name not in ("effective mem_fraction_static", "max_running_requests"):
             an.add(ARITHMETIC_MISMATCH, WARNING,
                    f"{c.name}: printed {c.printed}, recomputed {c.recomputed} ({c.how})", c.evidence,
                    "the log may be edited or mixed from several runs, or this version computes it differently")
@@ -433,6 +435,45 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None) -> Analysis:  # noqa
     custom_allreduce_forced(an, log, flags, tp, reached_init, "sglang")
     _sglang_runtime_findings(an, log, ranks, pre, kv_obs, failed, mfs)
     return an
+
+
+def _sglang_max_running_check(an: Analysis, log: Any, flags: dict, tokens: int | None, version: str | None) -> None:
+    """The summary's max_running_requests from its own max_total_num_tokens and context_len through the
+    engine module (``engines/sglang/memory.py::max_num_reqs``: the req_to_token pool estimate and the
+    T // 2 cap). A smaller printed value is a further cap the log may not show (mamba cache slots,
+    --max-running-requests, DP attention), not an arithmetic error."""
+    summary = log.summary
+    if not version or not summary or not tokens or tokens <= 0:
+        return
+    printed, ctx = as_int(summary.get("max_running_requests")), as_int(summary.get("context_len"))
+    if printed is None or not ctx:
+        return
+    try:
+        from packaging.version import Version
+
+        from .engines.sglang.memory import max_num_reqs
+
+        user = as_int(flags.get("max_running_requests"))
+        dp = as_int(flags.get("dp_size")) or 1
+        attn_dp = dp if flags.get("enable_dp_attention") else 1
+        _, running = max_num_reqs(Version(version), token_capacity=tokens, profiled_tokens=tokens, context_len=ctx,
+                                  max_running_requests=user, attn_dp_size=attn_dp)
+    except Exception:  # noqa: BLE001 - a version the engine module does not know: no check
+        return
+    mamba = any(r.mamba for r in log.ranks.values())
+    agrees = running == printed
+    how = (f"engines/sglang/memory.py max_num_reqs at {version}: req_to_token pool from "
+           f"max_total_num_tokens / context_len × 512 (clamped 2048–4096), then min(T // 2 or the flag, pool)")
+    if not agrees and printed < running:
+        how += "; a smaller printed value is a further cap (mamba cache slots" + (
+            ", printed" if mamba else ", not in this log") + ", --max-running-requests or DP attention)"
+    an.check("max_running_requests", printed, running, agrees, how, [log.summary_evidence])
+    if printed < running and user is None and not log.events.get("max_running_reduced"):
+        an.add(MAX_RUNNING_REDUCED, INFO,
+               f"max_running_requests is {printed}, below the {running} that the req_to_token pool and "
+               f"max_total_num_tokens // 2 allow: another limit capped it — with a hybrid (mamba / linear-attention) "
+               "model the mamba cache slots (--max-mamba-cache-size), else DP attention or a patched default",
+               [log.summary_evidence], None)
 
 
 def _token_bounds(pre: float, post: float, mfs: float, mm: float, cell: int, page: int) -> tuple[int, int]:

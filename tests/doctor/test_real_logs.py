@@ -70,7 +70,8 @@ EXPECT: dict[str, dict] = {
         codes=["effective-fraction-mismatch"], version_range=">0.4.10.post2,>0.5.9",
         pre={0: 60.81, 9: 61.12, 14: 60.82}, post={0: 25.24, 9: 25.55, 14: 25.31},
         pool_end={0: 11.15, 9: 11.47, 15: 11.47, 8: 11.22}, effective=0.7796,
-        checks={"max_total_num_tokens": 387968, "TP14 weights mem usage": 35.51, "TP0 weights mem usage": 35.57},
+        checks={"max_total_num_tokens": 387968, "TP14 weights mem usage": 35.51, "TP0 weights mem usage": 35.57,
+                "max_running_requests": 2048},  # pool max(min(int(387,968/131,072 × 512), 4096), 2048) = 2048
         extra={"context_len": 131072, "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
                "available_gpu_mem_bytes": gib(11.15), "mem_fraction_static": 0.8}),
     "sglang-xinference3481-qwen3-14b": dict(
@@ -88,6 +89,7 @@ EXPECT: dict[str, dict] = {
     "sglang-2468-mistral7b-2024-no-mem-usage": dict(
         engine="sglang", starts=True, tokens=56524, mrr=2049, codes=[], version_range="<0.5.14,<0.5.3,<0.5.9",
         model="mistralai/Mistral-7B-Instruct-v0.1", post={0: 9.69}, pool_end={0: 2.44},
+        checks={"max_running_requests": 2049},  # 0.4.x: ReqToTokenPool(2048 + 1), min(56,524 // 2, 2049)
         extra={"context_len": 32768, "max_prefill_tokens": 16384}),
     "sglang-inferencex2128-dsv4pro-h200-no-kv-memory": dict(
         engine="sglang", starts=False, weights_gib=125.65, codes=["kv-sizing-failed"], version_range=">0.5.13",
@@ -101,7 +103,8 @@ EXPECT: dict[str, dict] = {
         engine="sglang", starts=None, tokens=None, weights_gib=0.94, codes=["log-truncated", "unbalanced-ranks"],
         version_range="<0.5.9", post={0: 89.06, 1: 88.82, 3: 90.00}),
     "sglang-29575-summary-line": dict(
-        engine="sglang", starts=True, tokens=2086558, mrr=33, codes=[], version_range=">0.4.10.post2",
+        engine="sglang", starts=True, tokens=2086558, mrr=33, codes=["max-running-requests-reduced"],
+        version_range=">0.4.10.post2",
         extra={"context_len": 256000, "available_gpu_mem_bytes": gib(17.22)}),
     "vllm-lmcache1739-qwen3-14b": dict(
         engine="vllm", starts=True, tokens=42656, kv_gib=6.51, codes=[], version_range="<0.28.0",
