@@ -266,8 +266,9 @@ class VllmKV:
         self.planning = self.utils
         if self.v >= (0, 33):
             # Platform.get_kv_cache_config_builder_cls: the default builder on CUDA
+            default_builder = "vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder"
             mods["vllm.platforms"] = loader.StubModule("vllm.platforms", {"current_platform": types.SimpleNamespace(
-                get_kv_cache_config_builder_cls=lambda cfg: "vllm.v1.core.kv_cache_planning.DefaultKVCacheConfigBuilder")})
+                get_kv_cache_config_builder_cls=lambda cfg: default_builder)})
             mods["vllm.utils.import_utils"] = loader.StubModule("vllm.utils.import_utils", {
                 "resolve_obj_by_qualname": self._resolve})
             mods["vllm.v1.core.kv_cache_config_builder"] = self._exec(
@@ -291,7 +292,6 @@ class VllmKV:
         text = self.src.read(MANAGERS)
         stand_ins: Dict[str, Any] = {k: getattr(self.iface, k) for k in dir(self.iface) if k.endswith("Spec")}
         stand_ins["KVCacheSpecRegistry"] = registry.KVCacheSpecRegistry
-        tree = loader._parse(text, self.origin(MANAGERS))
         body = loader.def_source(text, self.origin(MANAGERS), "register_all_kvcache_specs")
         for name in sorted(set(re.findall(r"\b([A-Z][A-Za-z]+)\b", body))):
             if name.endswith("Manager"):
@@ -301,7 +301,6 @@ class VllmKV:
             elif name.endswith("Spec") and name not in stand_ins:
                 # a spec this case never builds (e.g. TQFullAttentionSpec): a bare subclass
                 stand_ins[name] = type(name, (self.iface.FullAttentionSpec,), {})
-        del tree
         platforms = loader.StubModule("vllm.platforms", {"current_platform": loader.AutoStub("current_platform")})
         fn = loader.compile_defs(text, self.origin(MANAGERS), ["register_all_kvcache_specs"], stand_ins,
                                  modules={"vllm.platforms": platforms})["register_all_kvcache_specs"]
