@@ -483,3 +483,27 @@ def test_vllm_needed_kv_for_one_request_through_the_engine_module():
     c = check(r, "KV needed for one max_model_len request")
     assert not c.agrees and "max_num_batched_tokens not in the log" in c.how
     assert "engine-arithmetic-mismatch" not in codes(r)  # an assumed default is not the engine's arithmetic
+
+
+@pytest.mark.parametrize("case_id", ["sglang-pr22537-qwen3-b200-tp4", "sglang-pr29853-grok2-npu-tp16",
+                                     "vllm-lmcache1739-qwen3-14b", "vllm-gaie550-k8s-v0-profile"])
+def test_real_lines_survive_common_wrappers(case_id):
+    """The same real lines as they arrive through other pipes: docker compose / kubectl prefixes,
+    CRLF, real ANSI colours, and SGLang prefixes whose timestamps were cut: same figures."""
+    import re
+
+    text = (REAL / CASES[case_id]["fixture"]).read_text(encoding="utf-8")
+    base = report_for(case_id)
+    variants = {
+        "compose": "".join(f"sglang-1  | {line}\n" for line in text.splitlines()),
+        "crlf": text.replace("\n", "\r\n"),
+        "ansi": "".join(f"\x1b[36m{line}\x1b[0m\n" for line in text.splitlines()),
+        "no-timestamps": re.sub(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", "[", text),
+    }
+    for name, variant in variants.items():
+        r = diagnose_text(variant)
+        assert r.timeline.kv_cache_tokens == base.timeline.kv_cache_tokens, name
+        assert r.timeline.kv_cache_bytes == base.timeline.kv_cache_bytes, name
+        assert [x.decision.get("rank_label") for x in r.timeline.ranks] == \
+            [x.decision.get("rank_label") for x in base.timeline.ranks], name
+        assert codes(r) == codes(base), name

@@ -31,6 +31,7 @@ ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;?]*[ -/]*[@-~]")
 PREFIX_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)((?: [A-Z][A-Z_]*\d+)*)\]")
 TAG_RE = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
 RE_GPU_PREFIX = re.compile(r"\[gpu(?:_id)?=(\d+)\]")
+RE_TAGS_ONLY = re.compile(r"\[((?:DP|TP|PP|EP|CP)\d+(?: (?:DP|TP|PP|EP|CP)\d+)*)\]")
 NUM = r"(-?\d+(?:\.\d+)?)"
 GB = r"\s*Gi?B"
 
@@ -332,6 +333,10 @@ class SglangLogParser:
             g = RE_GPU_PREFIX.search(line, 0, msg_start + 1)  # 0.1-0.2 era "[gpu=0] " / "[gpu_id=0] "
             if g:
                 tags_text = f"TP{g.group(1)}"
+            else:
+                g = RE_TAGS_ONLY.search(line, 0, msg_start + 1)  # a copy whose timestamps were cut: "[TP3] "
+                if g:
+                    tags_text = g.group(1)
         ranks = self.log.ranks
         r = ranks.get(tags_text)
         if r is None:
