@@ -47,7 +47,7 @@ TAG_RE = re.compile(r"(TP|DP|PP|EP)(\d+)")
 TRIGGER_RE = re.compile(
     r"Model loading took|Loading model weights took|Memory profiling results|Memory profiling takes|"
     r"the current vLLM instance can use|model weights take|Initial free memory|"
-    r"Available KV cache memory|KV cache size: |Maximum concurrency for|(?:GPU|cuda|CUDA|rocm|xpu|npu|hpu) blocks: |num_gpu_blocks is: |"
+    r"Available KV cache memory|KV cache size: |Maximum concurrency for|(?:GPU|cuda|CUDA|rocm|ROCm|xpu|XPU|npu|NPU|hpu|HPU|tpu|TPU) blocks: |num_gpu_blocks is: |"
     r"EngineCore failed to start|Starting to load model|Cudagraph is disabled|Capturing CUDA graphs \(|died, exit code|"
     r"device_name=|"
     r"Estimated CUDA graph memory|Graph capturing finished|CUDA graph pool memory|"
@@ -78,7 +78,7 @@ RE_AVAILABLE_KV = re.compile(r"Available KV cache memory: " + NUM + r"\s*GiB")
 RE_KV_TOKENS = re.compile(r"(GPU|XPU|CPU|TPU|NPU|\w+) KV cache size: " + INT + r" tokens")
 RE_CONCURRENCY = re.compile(r"Maximum concurrency for " + INT + r" tokens per request: " + NUM + "x")
 # "# GPU blocks: N, # CPU blocks: M" (V0), "# GPU blocks: N" (V1 ≤0.7); users' copies drop the "# "
-RE_BLOCKS = re.compile(r"(?:# )?(?:GPU|cuda|CUDA|rocm|xpu|npu|hpu) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
+RE_BLOCKS = re.compile(r"(?:# )?(?:GPU|cuda|CUDA|rocm|ROCm|xpu|XPU|npu|NPU|hpu|HPU|tpu|TPU) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
 RE_FINAL_BLOCKS = re.compile(r"num_gpu_blocks is: (\d+)")
 RE_LOADING_MODEL = re.compile(r"Starting to load model (\S+?)\.{0,3}\s*$")
 RE_CG_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + r"\s*GiB")
