@@ -19,7 +19,7 @@ import pytest
 
 from . import cases
 from .conftest import count_cases, require_source
-from .vllm_engine_mem import GiB, MiB, BudgetCase, VllmMem, args_members, mem_members
+from .vllm_engine_mem import GiB, MiB, BudgetCase, VllmMem, args_members, max_len, maxlen_members, mem_members
 from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
 
 memory = pytest.importorskip("kvscope.engines.vllm.memory")
@@ -29,6 +29,7 @@ errors = pytest.importorskip("kvscope.errors")
 N_REQUEST = 3000
 N_BUDGET = 1500
 N_BATCH = 1500
+N_MAXLEN = 2000
 
 # CUDA-visible totals (mem_get_info) printed in vLLM logs, plus nvidia-smi totals in MiB.
 CUDA_TOTALS = [85031714816, 84987740160, 150754820096, 191514427392, 25388515328, 42298834944,
@@ -293,6 +294,100 @@ def test_batch_defaults(version, multiplier):
     count_cases("vllm", version, "EngineArgs defaults: max_num_batched_tokens / max_num_seqs"
                 + (" / enable_prefix_caching" if compare_prefix else ""), n)
     assert not bad, _report(version, "batch defaults (mnbt, seqs, prefix)", bad, n)
+
+
+LENS = [2048, 4096, 8192, 16384, 32768, 40960, 65536, 131072, 163840, 262144, 1048576]
+ROPE_TYPES = ["linear", "dynamic", "yarn", "llama3", "longrope", "su", "default", "mrope", "deepseek_yarn",
+              "deepseek_llama_scaling"]
+
+
+def gen_rope(rng: random.Random, max_pos):
+    t = rng.choice(ROPE_TYPES)
+    d = {rng.choice(["type", "rope_type", "rope_type"]): t}
+    r = rng.random()
+    if r < 0.7:
+        d["factor"] = rng.choice([2.0, 4.0, 8.0, 1.5, 32.0, 40.0, 2, 4, 16])
+    elif r < 0.8:
+        d["factor"] = None
+    if t in ("yarn", "deepseek_yarn") or rng.random() < 0.2:
+        d["original_max_position_embeddings"] = rng.choice([4096, 8192, 32768, max_pos or 4096])
+    if t == "mrope":
+        d["mrope_section"] = [16, 24, 24]
+    if t == "llama3":
+        d.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    return d
+
+
+def gen_hf_config(rng: random.Random, version: str) -> dict:
+    cfg = {"model_type": rng.choice(["llama", "qwen2", "mistral", "gemma3", "gemma3_text", "phi3", "deepseek_v3"])}
+    keys = [k for k in args_mod.MAX_LEN_KEYS if k != "model_max_length"]
+    for k in rng.sample(keys, rng.choice([0, 1, 1, 1, 1, 2, 3])):
+        cfg[k] = rng.choice(LENS + [rng.randint(1, 2_000_000)])
+    if rng.random() < 0.15:
+        cfg["model_max_length"] = rng.choice([0, None, 8192, 131072, rng.randint(1, 2_000_000)])
+    if rng.random() < 0.7:
+        cfg[rng.choice(["rope_theta", "rope_theta", "rotary_emb_base"])] = rng.choice([10000.0, 500000.0, 1e6])
+    if rng.random() < 0.1:
+        cfg[rng.choice(["partial_rotary_factor", "rotary_pct"])] = 0.5
+    if rng.random() < 0.15:
+        cfg["original_max_position_embeddings"] = rng.choice([4096, 8192, 32768])
+    r = rng.random()
+    if r < 0.5:
+        cfg["rope_scaling"] = gen_rope(rng, cfg.get("max_position_embeddings"))
+    elif r < 0.6 and args_mod.version_traits(version).max_len_generation >= 19:
+        cfg["rope_parameters"] = {"full_attention": gen_rope(rng, cfg.get("max_position_embeddings")),
+                                  "sliding_attention": {"rope_type": "default"}}
+    return cfg
+
+
+def gen_user_len(rng: random.Random, cfg: dict, version: str):
+    t = args_mod.version_traits(version)
+    base = cfg.get("max_position_embeddings") or cfg.get("model_max_length") or 4096
+    choices = [None, None, base, base - 1, base + 1, base * 2, base * 4, base // 2, rng.randint(1, 4 * base),
+               cfg.get("model_max_length") or base, rng.randint(1, 3_000_000)]
+    if t.requested_memory_ceil:
+        choices.append(-1)
+    v = rng.choice(choices)
+    return None if v is None else max(v, 1) if v != -1 else -1
+
+
+def kvscope_max_len(cfg, user, version, allow_long):
+    t = args_mod.version_traits(version)
+    try:
+        d = args_mod.derive_max_model_len(cfg, t)
+        return args_mod.verify_max_model_len(user, d, t, allow_long), None
+    except errors.FlagError as exc:
+        return None, str(exc)
+    except errors.ConfigError as exc:
+        return None, f"ConfigError: {exc}"
+
+
+@pytest.mark.parametrize("version", version_params())
+def test_max_model_len_from_hf_config(version, multiplier):
+    require_source("vllm", version, maxlen_members(version))
+    eng = VllmMem(version)
+    ml = max_len(eng)
+    n = N_MAXLEN * multiplier
+    bad = []
+    for rng in cases.rngs(seed=73, n=n):
+        cfg = gen_hf_config(rng, version)
+        user = gen_user_len(rng, cfg, version)
+        allow = rng.random() < 0.15
+        theirs = ml(cfg, user, allow)
+        if theirs[1] is not None and theirs[1].startswith("patch: "):
+            continue  # config rejected by vLLM's RoPE patching (conflicting type keys): not generated on purpose
+        ours = kvscope_max_len(cfg, user, version, allow)
+        if theirs[1] is not None and theirs[1].startswith("TypeError") and ours[1] is not None:
+            same = ours[1].startswith("ConfigError")  # the engine crashes; kvscope names the field
+        else:
+            same = ours[0] == theirs[0] and type(ours[0]) is type(theirs[0]) and (
+                (ours[1] is None and theirs[1] is None) or
+                (ours[1] is not None and theirs[1] is not None and theirs[1] in ours[1]))
+        if not same:
+            bad.append(((cfg, user, allow), ours, theirs))
+    count_cases("vllm", version, "_get_and_verify_max_len: derived length (keys, RoPE scaling), user value "
+                                 "check + ValueError text", n)
+    assert not bad, _report(version, "max_model_len", bad, n)
 
 
 def _report(version, what, bad, n) -> str:

@@ -621,3 +621,125 @@ def args_members(version: str) -> Tuple[str, ...]:
 
 def engine(version: str) -> VllmMem:
     return VllmMem(version)
+
+
+# ---------------------------------------------------------------------------------------------
+# max_model_len from the HF config
+# ---------------------------------------------------------------------------------------------
+
+# transformers' ALLOWED_(ATTENTION_)LAYER_TYPES (configuration_utils.py, 4.57 / 5.x)
+_HF_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+
+
+class _HFConfig:
+    """A loaded ``PretrainedConfig``: the config.json keys as attributes (absent key = no attribute)."""
+
+    def __init__(self, d: Dict[str, Any], transformers_v5: bool = False):
+        import copy
+        self.__dict__.update(copy.deepcopy(d))
+        self.__dict__.setdefault("model_type", "llama")
+        if transformers_v5 and getattr(self, "rope_scaling", None) and not getattr(self, "rope_parameters", None):
+            # transformers v5 loads a legacy ``rope_scaling`` as ``rope_parameters``
+            self.rope_parameters = copy.deepcopy(self.rope_scaling)
+
+    def standardize_rope_params(self) -> None:
+        """transformers v5 (stand-in): legacy ``rope_scaling`` becomes ``rope_parameters``; a RoPE
+        model without one gets ``{"rope_type": "default"}``; ``rope_theta`` moves in."""
+        rp = getattr(self, "rope_parameters", None)
+        if not rp:
+            rs = getattr(self, "rope_scaling", None)
+            rp = dict(rs) if rs else {"rope_type": "default"}
+        if not all(isinstance(v, dict) for v in rp.values()) or not set(rp) <= set(_HF_LAYER_TYPES):
+            rp.setdefault("rope_type", rp.get("type", "default"))
+            if getattr(self, "rope_theta", None) is not None:
+                rp.setdefault("rope_theta", self.rope_theta)
+        self.rope_parameters = rp
+
+    def validate_rope(self) -> None:
+        pass
+
+
+def maxlen_members(version: str) -> Tuple[str, ...]:
+    v = vtuple(version)
+    out = ["vllm/transformers_utils/config.py", "vllm/envs.py"]
+    out.append("vllm/config/model.py" if v >= (0, 11) else "vllm/config/__init__.py")
+    if v >= (0, 19):
+        out += ["vllm/transformers_utils/model_arch_config_convertor.py", "vllm/config/utils.py"]
+    return tuple(out)
+
+
+class _MaxLen:
+    """``_get_and_verify_max_len`` of one release, with the release's own config patching."""
+
+    def __init__(self, eng: VllmMem):
+        self.eng = eng
+        v = eng.v
+        model_m = "vllm/config/model.py" if v >= (0, 11) else "vllm/config/__init__.py"
+        tu = "vllm/transformers_utils/config.py"
+        tu_text, tu_origin = eng.text(tu), eng.origin(tu)
+        self.allow_long = False
+        envs = types.SimpleNamespace()
+        platform = types.SimpleNamespace(is_tpu=lambda: False, check_max_model_len=lambda n: n)
+        stand = {"logger": _Logger(), "current_platform": platform, "envs": envs}
+        if v >= (0, 19):
+            cu = "vllm/config/utils.py"
+            getattr_iter = loader.compile_defs(eng.text(cu), eng.origin(cu), ["getattr_iter"],
+                                               {"logger": _Logger()})["getattr_iter"]
+            utils_mod = types.SimpleNamespace(getattr_iter=getattr_iter)
+            names = ["is_rope_parameters_nested", "patch_rope_parameters"]
+            for extra in ("patch_rope_parameters_dict", "patch_legacy_rope_type", "iter_rope_parameters"):
+                if loader.has_def(tu_text, tu_origin, extra):
+                    names.append(extra)
+            self.patch_fns = loader.compile_defs(tu_text, tu_origin, names, {
+                "logger": _Logger(), "ALLOWED_ATTENTION_LAYER_TYPES": _HF_LAYER_TYPES,
+                "ALLOWED_LAYER_TYPES": _HF_LAYER_TYPES, "Version": _Version, "version": lambda _p: "4.57.1",
+            }, {"vllm.config.utils": utils_mod})
+            self.patch = self.patch_fns["patch_rope_parameters"]
+            conv = "vllm/transformers_utils/model_arch_config_convertor.py"
+            self.derive = loader.compile_defs(eng.text(conv), eng.origin(conv),
+                                              ["ModelArchConfigConvertorBase.derive_max_model_len_and_key"],
+                                              {})["derive_max_model_len_and_key"]
+            stand.update({k: f for k, f in self.patch_fns.items()})
+        else:
+            fns = loader.compile_defs(tu_text, tu_origin, ["patch_rope_scaling", "patch_rope_scaling_dict"],
+                                      {"logger": _Logger()})
+            self.patch = fns["patch_rope_scaling"]
+            self.derive = None
+        self.fn = loader.compile_defs(eng.text(model_m), eng.origin(model_m), ["_get_and_verify_max_len"],
+                                      stand)["_get_and_verify_max_len"]
+        self.envs = envs
+
+    def __call__(self, config: Dict[str, Any], user: Optional[int], allow_long: bool = False
+                 ) -> Tuple[Optional[int], Optional[str]]:
+        self.envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN = allow_long
+        # vLLM >= 0.26 requires transformers >= 5.5.3 (wheel METADATA); 0.19-0.20 allow 4.56+: the
+        # pure-vLLM transformers-v4 branch of patch_rope_parameters runs for them.
+        hf = _HFConfig(config, transformers_v5=self.eng.v >= (0, 26))
+        try:
+            self.patch(hf)
+        except ValueError as exc:
+            return None, "patch: " + str(exc)
+        kwargs: Dict[str, Any] = dict(tokenizer_config=None, max_model_len=user, disable_sliding_window=False,
+                                      sliding_window=None)
+        if self.derive is not None:
+            arch = types.SimpleNamespace(derived_max_model_len_and_key=self.derive(
+                types.SimpleNamespace(hf_text_config=hf, hf_config=hf)))
+            kwargs["model_arch_config"] = arch
+        try:
+            return self.fn(hf, **kwargs), None
+        except ValueError as exc:
+            return None, str(exc)
+        except TypeError as exc:  # e.g. ``derived *= None`` (rope_scaling.factor: null) before 0.19
+            return None, f"TypeError: {exc}"
+
+
+class _Version:
+    def __init__(self, s: str):
+        self.t = vtuple(s)
+
+    def __lt__(self, other: "_Version") -> bool:
+        return self.t < other.t
+
+
+def max_len(eng: VllmMem) -> _MaxLen:
+    return eng._cached("max_len", lambda: _MaxLen(eng))

@@ -10,10 +10,11 @@ placed at the later one unless noted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from ...errors import FlagError
+from ...errors import ConfigError, FlagError
 from ...units import GiB
 
 LATEST_VERSION = "0.33.0"
@@ -53,6 +54,10 @@ class VersionTraits:
     batch_defaults_v2: bool = True  # get_batch_defaults + max_num_seqs*max_model_len cap, chunked
     #   prefill honoured (arg_utils.py @ v0.19.0); 0.10-0.11 _set_default_args: chunked prefill forced on
     gb10_small_tier: bool = True  # GB10 (sm121) kept on the small batch tier (arg_utils.py @ v0.33.0)
+    max_len_generation: int = 33  # _get_and_verify_max_len: 10 (rope_scaling; 0.10-0.11), 19 (rope_parameters,
+    #   yarn = original_max_position_embeddings x factor, longrope default; 0.19-0.28), 33 (yarn unscaled)
+    max_len_error_warning: bool = True  # error text ends with the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning (v0.10.2+)
+    transformers_v5: bool = True  # Requires-Dist transformers>=5.5.3 (wheel METADATA @ v0.26.0)
 
 
 def parse_version(version: str | None) -> Version:
@@ -97,6 +102,9 @@ def version_traits(version: str | None) -> VersionTraits:
         util_pydantic_bounds=at_least("0.19"),
         batch_defaults_v2=at_least("0.19"),
         gb10_small_tier=at_least("0.33"),
+        max_len_generation=33 if at_least("0.33") else 19 if at_least("0.19") else 10,
+        max_len_error_warning=at_least("0.10.2"),
+        transformers_v5=at_least("0.26"),
     )
 
 
@@ -183,8 +191,11 @@ def batch_defaults(gpu_memory_bytes: int, gpu_name: str, traits: VersionTraits, 
 
 def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int, gpu_memory_bytes: int,
                  gpu_name: str, is_mla: bool, is_hybrid_mamba: bool, num_attention_heads: int,
-                 gpu_sm: str | None = None) -> VllmArgs:
-    """Apply vLLM's defaults and validations (the ones that raise before any memory is touched)."""
+                 gpu_sm: str | None = None, derived_max_len: DerivedMaxModelLen | None = None) -> VllmArgs:
+    """Apply vLLM's defaults and validations (the ones that raise before any memory is touched).
+
+    ``derived_max_len`` (``derive_max_model_len`` of the HF config) replaces ``model_max_len`` when
+    given; without it ``model_max_len`` is taken as ``max_position_embeddings`` with no RoPE factor."""
     tp, pp, dp = flags.tensor_parallel_size, flags.pipeline_parallel_size, flags.data_parallel_size
     for name, val in (("--tensor-parallel-size", tp), ("--pipeline-parallel-size", pp),
                       ("--data-parallel-size", dp)):
@@ -209,18 +220,13 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
     if auto and not traits.requested_memory_ceil:
         raise FlagError("--max-model-len -1/auto needs vLLM >= 0.14", field="--max-model-len",
                         fix="pass a number")
-    if mml is None or auto:
-        mml = model_max_len
-    elif mml <= 0:
+    if mml is not None and not auto and mml <= 0:
         raise FlagError(f"--max-model-len must be positive or -1/auto, got {mml}", field="--max-model-len",
                         fix="e.g. 8192")
-    elif mml > model_max_len and not flags.allow_long_max_model_len:
-        # _get_and_verify_max_len (vllm/config/model.py @ v0.19.0 / v0.33.0)
-        raise FlagError(
-            f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "
-            f"(max_position_embeddings={model_max_len} or model_max_length=None in model's config.json). "
-            "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.",
-            field="--max-model-len", fix=f"use --max-model-len <= {model_max_len}")
+    derived = derived_max_len or DerivedMaxModelLen(model_max_len, "max_position_embeddings", model_max_len,
+                                                    None, True)
+    # _get_and_verify_max_len (vllm/config/model.py @ v0.11.0 … v0.33.0)
+    mml = verify_max_model_len(mml, derived, traits, flags.allow_long_max_model_len)
     mnbt_default, seqs_default = batch_defaults(gpu_memory_bytes, gpu_name, traits, flags.api_server, gpu_sm)
     seqs = flags.max_num_seqs if flags.max_num_seqs is not None else seqs_default
     if flags.max_num_batched_tokens is not None:
@@ -266,6 +272,167 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
         num_speculative_tokens=flags.num_speculative_tokens, speculative_method=flags.speculative_method,
         enable_prefix_caching=prefix,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# max_model_len from the HF config: ModelConfig ``_get_and_verify_max_len``
+
+# vllm/config/model.py @ v0.11.0 (``possible_keys``); model_arch_config_convertor.py
+# ``derive_max_model_len_and_key`` @ v0.19.1 … v0.33.0: the smallest present value wins.
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+_ROPE_KEYS_V4_PATCH = ("rope_theta", "rotary_emb_base", "partial_rotary_factor", "rotary_pct",
+                       "rotary_emb_fraction", "original_max_position_embeddings")
+DEFAULT_MAX_LEN_NO_KEYS = 2048
+
+
+@dataclass(frozen=True)
+class DerivedMaxModelLen:
+    """``derived_max_model_len`` as vLLM holds it (a float once a RoPE factor was applied, which
+    shows in its error text: ``max_position_embeddings=32768.0``), the key it came from, the
+    default ``max_model_len`` and the ``model_max_length`` escape hatch."""
+
+    derived: int | float
+    key: str | None
+    default_max_model_len: int
+    model_max_length: int | None
+    keys_found: bool
+    error: str | None = None  # the engine fails deriving it (raised by verify_max_model_len)
+
+
+def _rope_dicts(config: Mapping[str, Any], traits: VersionTraits) -> list[dict] | None:
+    """The RoPE dicts ``_get_and_verify_max_len`` iterates, after vLLM's config patching.
+
+    0.10-0.11: ``rope_scaling`` (``patch_rope_scaling``: ``type`` -> ``rope_type``, ``su`` ->
+    ``longrope``). 0.19-0.28 (transformers v4 path of ``patch_rope_parameters``):
+    ``rope_parameters = rope_scaling``, or ``{"rope_type": "default"}`` when any of rope_theta /
+    rotary_emb_base / partial_rotary_factor / rotary_pct / rotary_emb_fraction /
+    original_max_position_embeddings is set (nested per layer type when keyed by layer type).
+    From 0.26 (transformers v5 only: ``patch_rope_parameters`` calls ``standardize_rope_params``
+    when rope_theta / rotary_emb_base or rope_parameters is set): the same dicts, the default one
+    only for rope_theta / rotary_emb_base."""
+    rs = config.get("rope_scaling")
+    rp = config.get("rope_parameters")
+    if traits.max_len_generation == 10:
+        if not isinstance(rs, Mapping):
+            return None
+        dicts = [dict(rs)]
+    else:
+        base = rp if isinstance(rp, Mapping) and rp else rs
+        if isinstance(base, Mapping) and base:
+            nested = all(isinstance(v, Mapping) for v in base.values()) and \
+                set(base) <= {"full_attention", "sliding_attention", "chunked_attention", "linear_attention"}
+            dicts = [dict(v) for v in base.values()] if nested else [dict(base)]
+        elif any(config.get(k) is not None for k in (_ROPE_KEYS_V4_PATCH if not traits.transformers_v5
+                                                      else ("rope_theta", "rotary_emb_base"))):
+            dicts = [{"rope_type": "default"}]
+        else:
+            return None
+    ompe = config.get("original_max_position_embeddings")
+    if traits.max_len_generation == 19 and not traits.transformers_v5 and ompe is not None and len(dicts) == 1:
+        dicts[0]["original_max_position_embeddings"] = ompe  # the v4 branch patches the top-level key in
+    for d in dicts:
+        if "rope_type" not in d and "type" in d:
+            d["rope_type"] = d["type"]
+        d.setdefault("rope_type", "default")
+        if d["rope_type"] == "su":
+            d["rope_type"] = "longrope"
+        elif d["rope_type"] == "mrope":
+            d["rope_type"] = "default"
+    return dicts
+
+
+def derive_max_model_len(config: Mapping[str, Any], traits: VersionTraits) -> DerivedMaxModelLen:
+    """``_get_and_verify_max_len`` without a user value (vllm/config/model.py @ v0.11.0, v0.19.1 …
+    v0.28.0, v0.33.0; vllm/config/__init__.py @ v0.10.1.1), for the text config of a generate model.
+
+    * the smallest of ``MAX_LEN_KEYS`` present; a truthy ``model_max_length`` overrides it; none:
+      2048 (only when the user passes no value);
+    * RoPE (skipped for ``gemma3*``): types other than su/longrope/llama3 (0.33: also yarn,
+      deepseek_yarn, deepseek_llama_scaling) multiply by ``factor`` (default 1.0, ``None`` -> 1.0
+      from 0.19); up to 0.28 yarn starts from ``original_max_position_embeddings``;
+    * from 0.19 a longrope model defaults to the top-level ``original_max_position_embeddings``.
+
+    Not modelled: ``tokenizer_config.json``'s ``model_max_length``, ``--disable-sliding-window``,
+    encoder configs, draft models.
+    """
+    gen = traits.max_len_generation
+    derived: int | float = float("inf")
+    key = None
+    for k in MAX_LEN_KEYS:
+        v = config.get(k)
+        if v is not None:
+            if v < derived:
+                key = k
+            derived = min(derived, v)
+    mml_key = config.get("model_max_length")
+    if mml_key:
+        key, derived = "model_max_length", mml_key
+    found = derived != float("inf")
+    if not found:
+        derived = DEFAULT_MAX_LEN_NO_KEYS
+    rope = _rope_dicts(config, traits)
+    error = None
+    if rope and "gemma3" not in str(config.get("model_type", "")):
+        if gen == 10:
+            rp = rope[0]
+            if rp["rope_type"] not in ("su", "longrope", "llama3"):
+                factor = rp.get("factor", 1.0)
+                if rp["rope_type"] == "yarn":
+                    derived = rp["original_max_position_embeddings"]
+                if factor is None:
+                    error = (f"rope_scaling.factor is null: vLLM {traits.version} fails reading it "
+                             "(TypeError in _get_and_verify_max_len; 0.19+ falls back to 1.0)")
+                else:
+                    derived *= factor
+        else:
+            unscaled = ("su", "longrope", "llama3") if gen == 19 else \
+                ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+            factor: Any = 1.0
+            for rp in rope:
+                if rp["rope_type"] not in unscaled:
+                    factor = rp.get("factor", factor)
+                    if gen == 19 and rp["rope_type"] == "yarn":
+                        derived = rp["original_max_position_embeddings"]
+            if factor is None:
+                factor = 1.0
+            derived *= factor
+    default = int(derived) if error is None else 0
+    if gen >= 19 and rope and any(rp["rope_type"] == "longrope" for rp in rope):
+        default = int(config.get("original_max_position_embeddings", derived))
+    return DerivedMaxModelLen(derived, key, default, config.get("model_max_length"), found, error)
+
+
+def max_model_len_error(user: int, d: DerivedMaxModelLen, traits: VersionTraits) -> str:
+    """The ValueError of ``_get_and_verify_max_len`` (text per version, see ``derive_max_model_len``)."""
+    msg = (f"User-specified max_model_len ({user}) is greater than the derived max_model_len "
+           f"({d.key}={d.derived} or model_max_length={d.model_max_length} in model's config.json).")
+    if not traits.max_len_error_warning:
+        return (f"{msg} This may lead to incorrect model outputs or CUDA errors. To allow overriding this "
+                "maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    warning = ("VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses "
+               "relative position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. "
+               "If the model uses absolute position encoding, positions exceeding derived_max_model_len "
+               "will cause a CUDA array out-of-bounds error.")
+    return f"{msg} To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. {warning}"
+
+
+def verify_max_model_len(user: int | None, d: DerivedMaxModelLen, traits: VersionTraits,
+                         allow_long: bool = False) -> int:
+    """``max_model_len`` after ``_get_and_verify_max_len``; raises FlagError with the engine's text.
+    ``-1`` (auto-fit, v0.14+) takes the default like ``None``."""
+    if not d.keys_found and user is not None:
+        return user
+    if d.error:
+        raise ConfigError(d.error, field="rope_scaling", fix="set rope_scaling.factor or drop it")
+    if user is None or (user == -1 and traits.requested_memory_ceil):
+        return d.default_max_model_len
+    if user > d.derived:
+        if d.model_max_length is None or user > d.model_max_length:
+            if not allow_long:
+                raise FlagError(max_model_len_error(user, d, traits), field="--max-model-len",
+                                fix=f"use --max-model-len <= {int(d.derived)}, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    return int(user)
 
 
 def parse_human_bytes(text: str) -> int:
