@@ -1150,6 +1150,10 @@ class CellCase:
     attn_tp_size: int
     speculative_algorithm: Optional[str] = None
     draft_num_layers: Optional[int] = None  # eagle_draft_num_layers
+    # FP4 MHA recipe (0.5.23): the resolved (prefill, decode) attention backends and the platform
+    prefill_backend: str = "flashinfer"
+    decode_backend: str = "flashinfer"
+    sm100: bool = True
 
 
 def cell_members(version: str) -> tuple:
@@ -1163,6 +1167,8 @@ def cell_members(version: str) -> tuple:
         out.append("sglang/srt/model_executor/pool_configurator.py")
         if v >= (0, 5, 18):
             out.append("sglang/srt/mem_cache/kv_cache_configurator.py")
+        if v > (0, 5, 20):
+            out.append("sglang/srt/layers/quantization/fp4_kv_cache_quant_method.py")
     return tuple(out)
 
 
@@ -1240,6 +1246,32 @@ def _cell_inline(self: SGLangPools, c: CellCase, fns: Dict[str, Any], host: Any)
     return cell
 
 
+def _fp4_module(self: SGLangPools, member: str) -> Any:
+    """The release's whole ``fp4_kv_cache_quant_method.py`` (recipes, access registry, ``compute_cell_size``)
+    under a stand-in torch whose dtypes report their element size; ``get_platform().is_sm100`` is the case's."""
+
+    class Dtype:
+        def __init__(self, name: str, itemsize: int):
+            self.name, self.itemsize = name, itemsize
+
+    dt = {n: Dtype(n, b) for n, b in (("float8_e4m3fn", 1), ("bfloat16", 2), ("uint8", 1), ("float32", 4),
+                                        ("float4_e2m1fn_x2", 1))}
+    torch_mod = loader.StubModule("torch", dict(
+        dt, dtype=Dtype, Tensor=type("Tensor", (), {}),
+        ones=lambda *a, **k: None,
+        empty=lambda shape, dtype=None, **k: types.SimpleNamespace(element_size=lambda: dtype.itemsize)), strict=True)
+    kvfp4 = loader.StubModule("sglang.srt.layers.quantization.kvfp4_tensor", {"E2M1_MAX": 6.0}, strict=True)
+    rc = loader.StubModule("sglang.srt.runtime_context", {
+        "get_platform": lambda: types.SimpleNamespace(is_sm100=self._cell_case.sm100)}, strict=True)
+    # the resolved (prefill, decode) backends: SGLang's attention_backends_of(resolved_view(server_args))
+    overrides = loader.StubModule("sglang.srt.arg_groups.overrides", {
+        "attention_backends_of": lambda sa: (self._cell_case.prefill_backend, self._cell_case.decode_backend),
+        "resolved_view": lambda sa: sa}, strict=True)
+    return loader.exec_module(self._text(member), self.origin(member), {
+        "torch": torch_mod, "sglang.srt.layers.quantization.kvfp4_tensor": kvfp4, "sglang.srt.runtime_context": rc,
+        "sglang.srt.arg_groups.overrides": overrides}, (), "sglang.srt.layers.quantization.fp4_kv_cache_quant_method")
+
+
 def _not_called(*a: Any, **k: Any) -> Any:
     raise loader.StandInMissing("conformance: a CP layer-shard helper ran (CP layer split is off in these cases)")
 
@@ -1296,6 +1328,9 @@ def _compile_cell(self: SGLangPools) -> Dict[str, Any]:
         kvc = loader.compile_defs(self._text(m), self.origin(m), ["calculate_mla_kv_cache_dim",
                                                                   "_should_elide_dsa_index_k"], common)
         modules["sglang.srt.mem_cache.kv_cache_configurator"] = types.SimpleNamespace(**kvc)
+    fp4m = "sglang/srt/layers/quantization/fp4_kv_cache_quant_method.py"
+    if self.v > (0, 5, 20) and self.src.has(fp4m):
+        modules[fp4m[:-3].replace("/", ".")] = _fp4_module(self, fp4m)
     pc = "sglang/srt/model_executor/pool_configurator.py"
     text = self._text(pc)
     if loader.has_def(text, self.origin(pc), "_get_dsa_cache_layer_ids"):

@@ -426,8 +426,8 @@ def gen_cell(rng: random.Random, version: str) -> CellCase:
     mla = rng.random() < 0.5
     dsa = mla and v >= (0, 5, 6) and rng.random() < 0.6
     dtypes = ["bfloat16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float32"]
-    if v >= (0, 5, 6) and not (not mla and v >= (0, 5, 20)):
-        dtypes.append("float4_e2m1fn_x2")  # FP4 MHA @ 0.5.23 depends on the attention-backend recipe
+    if v >= (0, 5, 6):
+        dtypes.append("float4_e2m1fn_x2")
     if v >= (0, 5, 18) and not mla:
         dtypes.append("mxfp8")
     dt = rng.choice(dtypes)
@@ -435,9 +435,15 @@ def gen_cell(rng: random.Random, version: str) -> CellCase:
         dt, flag = "float8_e4m3fn", "mxfp8"
     elif dt == "float4_e2m1fn_x2":
         flag = rng.choice(["nvfp4", "fp4_mx_block16"] if v >= (0, 5, 14) else ["fp4_e2m1"])
+        if v > (0, 5, 20) and not mla and flag == "fp4_mx_block16":
+            backends = rng.choice([("triton", "triton"), ("fa4", "triton"), ("trtllm_mha", "trtllm_mha")])
+        elif v > (0, 5, 20) and not mla:
+            backends = rng.choice([("flashinfer", "flashinfer"), ("flashinfer", "trtllm_mha"),
+                                   ("trtllm_mha", "trtllm_mha"), ("triton", "trtllm_mha")])
     else:
         flag = rng.choice(FLAG_OF[dt])
     spec_algo = rng.choice([None, None, "EAGLE", "EAGLE3", "STANDALONE", "NGRAM"]) if v >= (0, 5) else None
+    backends = locals().get("backends") or ("flashinfer", "flashinfer")
     heads = rng.choice([1, 2, 4, 8, 8, 16, 64, rng.randint(1, 128)])
     head_dim = rng.choice([64, 80, 96, 128, 128, 192, 256, rng.randint(8, 512)])
     return CellCase(
@@ -448,7 +454,8 @@ def gen_cell(rng: random.Random, version: str) -> CellCase:
         qk_rope_head_dim=rng.choice([64, 64, 32, rng.randint(8, 128)]),
         kv_dtype=dt, kv_cache_dtype_str=flag, attn_tp_size=rng.choice([1, 1, 2, 4, 8, 16]),
         speculative_algorithm=spec_algo,
-        draft_num_layers=rng.choice([1, 1, 2, 3, rng.randint(1, 8)]) if spec_algo else None)
+        draft_num_layers=rng.choice([1, 1, 2, 3, rng.randint(1, 8)]) if spec_algo else None,
+        prefill_backend=backends[0], decode_backend=backends[1], sm100=rng.random() < 0.6)
 
 
 def kvscope_cell(version: str, c: CellCase) -> int:
@@ -468,7 +475,8 @@ def kvscope_cell(version: str, c: CellCase) -> int:
     algo = (c.speculative_algorithm or "").upper()
     in_budget = args_mod.at_least(v, "0.5.14") and algo in ("EAGLE", "EAGLE3", "STANDALONE")
     return memory.cell_size(spec, v, attn_tp=c.attn_tp_size, kv_bytes=e, kv_flag=c.kv_cache_dtype_str,
-                            draft_layers=c.draft_num_layers or 0, draft_in_budget=in_budget).cell_bytes
+                            draft_layers=c.draft_num_layers or 0, draft_in_budget=in_budget,
+                            attention_backends=(c.prefill_backend, c.decode_backend), sm100=c.sm100).cell_bytes
 
 
 @pytest.mark.parametrize("version", SGLANG_VERSIONS)

@@ -10,8 +10,9 @@ Conformance-tested against those files for 0.4.6.post5, 0.5.6, 0.5.9, 0.5.13, 0.
 0.5.23 (tests/conformance/test_sglang_memory.py, test_sglang_pools.py; docs/conformance.md):
 ``cell_size``, ``profile``, ``mm_reservation_gib``, ``handle_max_mamba_cache``,
 ``mamba_state_bytes_per_req``, ``request_pools`` (with ``max_num_reqs`` and the ``req_to_token``
-helpers), ``hybrid_swa_pools`` and the error texts. Version gates for changes first seen in an
-unpinned release sit at the first pinned release that has them.
+helpers), ``hybrid_swa_pools`` and the error texts. A version gate sits at the first release read
+that has the change (the pinned wheels plus the 0.5.10-0.5.12, 0.5.15 and 0.5.20 sources); changes
+between two read releases are gated at the later one.
 """
 
 from __future__ import annotations
@@ -136,8 +137,30 @@ def _per_layer_bytes(spec: ModelSpec, v: Version, attn_tp: int, e: int, kv_flag:
     return _engine_cell(spec, v, attn_tp, e, kv_flag, 1, workspace=False), text
 
 
+def fp4_recipe_cell_bytes(kv_flag: str, n: int, head_dim: int, layers: int, e: int,
+                          attention_backends: tuple[str, str], sm100: bool, workspace: bool = True) -> int:
+    """FP4 MHA cell after 0.5.20: the recipe's ``compute_cell_size``
+    (layers/quantization/fp4_kv_cache_quant_method.py @ v0.5.23), given the (prefill, decode) attention
+    backends. Packed FP4 ``n*(head_dim//2)*L*2*e``, plus:
+
+    * ``fp4_mx_block16``: one scale per 16 values, ``(n*head_dim//16)*L*2*e``;
+    * ``nvfp4``: a FlashInfer prefill dequantizes into a shared FP8 workspace ``n*head_dim*2*e``
+      and needs token-linear scales; ``trtllm_mha`` reads FP4 natively, with SM100's GenMHA scale
+      layout (else the linear one). Each scale layout is ``n*(head_dim//16)*L*2*e``.
+    """
+    prefill, decode = attention_backends
+    fp4 = n * (head_dim // 2) * layers * 2 * e
+    if kv_flag == "fp4_mx_block16":
+        return fp4 + (n * head_dim // 16) * layers * 2 * e
+    dq = prefill == "flashinfer"
+    native = prefill == "trtllm_mha" or decode == "trtllm_mha"
+    layouts = int(dq or (native and not sm100)) + int(native and sm100)
+    return fp4 + n * (head_dim // 16) * layers * 2 * e * layouts + (n * head_dim * 2 * e if dq and workspace else 0)
+
+
 def _engine_cell(spec: ModelSpec, v: Version, attn_tp: int, e: int, kv_flag: str, layers: int,
-                 workspace: bool = True, buffer: bool = False) -> int:
+                 workspace: bool = True, buffer: bool = False,
+                 attention_backends: tuple[str, str] | None = None, sm100: bool = True) -> int:
     """The cell over ``layers`` layers, with the engine's integer rounding on the total:
 
     * MLA: ``dim * L * e``; FP4: ``cell//2 + ((kv_lora+rope)//16) * L * e``; DSA: + indexer.
@@ -158,6 +181,9 @@ def _engine_cell(spec: ModelSpec, v: Version, attn_tp: int, e: int, kv_flag: str
         cell = n * spec.head_dim * layers * 2 * e
     else:
         cell = n * (spec.head_dim + spec.v_head_dim) * layers * e
+    if fp4 and v > Version("0.5.20"):
+        backends = attention_backends or ("flashinfer", "flashinfer")
+        return fp4_recipe_cell_bytes(kv_flag, n, spec.head_dim, layers, e, backends, sm100, workspace)
     if fp4:
         cell = cell // 2 + (n * spec.head_dim * layers * 2 * e) // 16
         if at_least(v, "0.5.18") and workspace:
@@ -185,12 +211,15 @@ def draft_cell_bytes(spec: ModelSpec, v: Version, target_cell: int, num_layers: 
 
 def cell_size(spec: ModelSpec, v: Version, *, attn_tp: int, kv_bytes: int, kv_flag: str = "auto",
               layer_ids: Sequence[int] | None = None, draft_layers: int = 0, draft_spec: ModelSpec | None = None,
-              draft_in_budget: bool = False) -> CellSize:
+              draft_in_budget: bool = False, attention_backends: tuple[str, str] | None = None,
+              sm100: bool = True) -> CellSize:
     """``profile_max_num_token`` (<=0.5.6, inline) / ``get_cell_size_per_token`` (mixin @ v0.5.9) /
     ``DefaultPoolConfigurator._compute_cell_size`` + ``__init__`` (pool_configurator.py @ v0.5.13 … v0.5.23).
 
     ``layer_ids``: this PP stage's decoder layers. Linear-attention/mamba layers hold no KV.
     ``draft_in_budget`` (>=0.5.14, EAGLE/MTP/STANDALONE): :func:`draft_cell_bytes` is added.
+    ``attention_backends`` (prefill, decode) and ``sm100`` select the FP4 MHA recipe's layouts after
+    0.5.20 (:func:`fp4_recipe_cell_bytes`; FlashInfer for both when not given).
     """
     if spec.dsv4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator coefficient (deepseek_v4.py)
         from .deepseek_v4 import cell_size as dsv4_cell_size
@@ -201,13 +230,15 @@ def cell_size(spec: ModelSpec, v: Version, *, attn_tp: int, kv_bytes: int, kv_fl
     n_swa = sum(1 for k in kinds if k == "sliding_attention")
     kv_flag = kv_flag.lower()
     per, text = _per_layer_bytes(spec, v, attn_tp, kv_bytes, kv_flag)
-    cell = _engine_cell(spec, v, attn_tp, kv_bytes, kv_flag, n_full + n_swa)
+    cell = _engine_cell(spec, v, attn_tp, kv_bytes, kv_flag, n_full + n_swa,
+                        attention_backends=attention_backends, sm100=sm100)
     draft = 0
     if draft_in_budget and draft_layers and (n_full + n_swa):
         draft = draft_cell_bytes(spec, v, cell, n_full + n_swa, draft_layers)
         cell += draft
     formula = f"{text} x {n_full + n_swa} layers" + (f" + draft {draft} B" if draft else "")
-    pool = _engine_cell(spec, v, attn_tp, kv_bytes, kv_flag, n_full + n_swa, buffer=True)
+    pool = _engine_cell(spec, v, attn_tp, kv_bytes, kv_flag, n_full + n_swa, buffer=True,
+                        attention_backends=attention_backends, sm100=sm100)
     return CellSize(cell_bytes=cell, full_layer_bytes=per, num_full_layers=n_full, swa_layer_bytes=per if n_swa else 0,
                     num_swa_layers=n_swa, draft_bytes=draft, formula=formula, pool_bytes_per_token=pool)
 
