@@ -339,6 +339,29 @@ def _common_findings(an: Analysis, s: _Scan, starts_seen: int) -> None:
         an.add(UNPARSED_LINES, WARNING, f"{s.stats.cut_lines} line(s) longer than {MAX_LINE_BYTES:,} bytes were cut", (), None)
 
 
+def catalog_id_for(model: str | None) -> str | None:
+    """The bundled catalog id a log's model refers to: the id itself, or a local directory whose name is
+    exactly one catalog model's name (``/path/to/Qwen3-14B`` -> ``Qwen/Qwen3-14B``; the HF cache form
+    ``models--Qwen--Qwen3-14B`` too). ``None`` when unknown or ambiguous."""
+    if not model:
+        return None
+    try:
+        from .catalog import list_models
+    except ImportError:  # pragma: no cover
+        return None
+    ids = list_models()
+    lower = {i.lower(): i for i in ids}
+    ref = model.strip().rstrip("/")
+    if ref.lower() in lower:
+        return lower[ref.lower()]
+    base = ref.replace("\\", "/").split("/")[-1]
+    m = re.match(r"models--([^/]+?)--(.+)$", base)
+    if m and f"{m.group(1)}/{m.group(2)}".lower() in lower:
+        return lower[f"{m.group(1)}/{m.group(2)}".lower()]
+    hits = [i for i in ids if i.split("/")[-1].lower() == base.lower()]
+    return hits[0] if len(hits) == 1 else None
+
+
 def _model_from(flags: dict[str, Any], model: str | None) -> str | None:
     if model:
         return model
@@ -352,6 +375,9 @@ def _model_from(flags: dict[str, Any], model: str | None) -> str | None:
 def _build(engine: str, version: str | None, vextra: dict, model: str | None, an: Analysis, ranks: list,
            flags: dict, sources: dict, s: _Scan) -> DoctorReport:
     extra = dict(vextra)
+    catalog = catalog_id_for(model)
+    if catalog and catalog != model:
+        extra["model_catalog_id"] = catalog  # the local directory's name matched this bundled model (assumed)
     extra.update(an.extra)
     estimated = tuple(k for k in ("kv_cell_bytes_estimated",) if k in extra)
     tl = Timeline(
@@ -368,7 +394,8 @@ def _build(engine: str, version: str | None, vextra: dict, model: str | None, an
 def _report_sglang(log: sglang_logs.SglangLog, s: _Scan, model: str | None) -> DoctorReport:
     flags, sources = sglang_logs.effective_flags(log)
     model_name = _model_from(flags, model)
-    cell = _sglang_cell_bytes(model_name, flags, log)
+    catalog = catalog_id_for(model_name)
+    cell = _sglang_cell_bytes(catalog or model_name, flags, log)
     an = analyze_sglang(log, cell_bytes=cell, version=log.version_printed or _representative(log))
     version, vextra = _version(log.version_printed, sglang_logs.version_specifier(log.version_markers))
     _common_findings(an, s, log.starts_seen)
@@ -387,7 +414,8 @@ def _report_vllm(log: vllm_logs.VllmLog, s: _Scan, model: str | None) -> DoctorR
     model_name = _model_from(flags, model)
     spec = vllm_logs.version_specifier(log.version_markers)
     an = analyze_vllm(log, log.version_printed, spec)
-    vllm_model_checks(an, log, model_name, log.version_printed, spec)
+    catalog = catalog_id_for(model_name)
+    vllm_model_checks(an, log, catalog or model_name, log.version_printed, spec)
     version, vextra = _version(log.version_printed, spec)
     _common_findings(an, s, log.starts_seen)
     if log.is_empty:

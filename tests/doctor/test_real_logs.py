@@ -507,3 +507,19 @@ def test_real_lines_survive_common_wrappers(case_id):
         assert [x.decision.get("rank_label") for x in r.timeline.ranks] == \
             [x.decision.get("rank_label") for x in base.timeline.ranks], name
         assert codes(r) == codes(base), name
+
+
+def test_local_model_directories_map_to_the_catalog():
+    from kvscope.doctor import catalog_id_for
+
+    # paths as they appear in the real threads (vllm#21348's command, HF cache dirs, local checkpoints)
+    assert catalog_id_for("/path/to/Qwen3-235B-A22B-FP8") == "Qwen/Qwen3-235B-A22B-FP8"
+    assert catalog_id_for("/root/.cache/huggingface/hub/models--meta-llama--Llama-3.1-8B-Instruct") == \
+        "meta-llama/Llama-3.1-8B-Instruct"
+    assert catalog_id_for("qwen/qwen3-14b") == "Qwen/Qwen3-14B"
+    assert catalog_id_for("/data/weights/grok-2") is None  # not bundled: no guess
+    assert catalog_id_for("~/.cache/huggingface/qwen3.6-35b-a3b-nvfp4") is None
+    text = (REAL / CASES["vllm-lmcache1739-qwen3-14b"]["fixture"]).read_text(encoding="utf-8")
+    r = diagnose_text(text, model="/models/Qwen3-14B")
+    assert r.timeline.extra["model_catalog_id"] == "Qwen/Qwen3-14B"
+    assert check(r, "GPU KV cache size from the model").agrees
