@@ -43,7 +43,7 @@ import pytest
 
 from . import cases
 from .conftest import count_cases, require_source
-from .vllm_engine_kv import KVCase, MambaCase, kv_engine, kv_members, vtuple
+from .vllm_engine_kv import KVCase, MambaCase, hybrid_alignment, hybrid_members, kv_engine, kv_members, vtuple
 from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
 
 kvc = pytest.importorskip("kvscope.engines.vllm.kv_cache")
@@ -446,3 +446,52 @@ def test_kv_cache_layout(version, multiplier):
                 "needed bytes, check + error text, estimated max len", n)
     assert not bad, (f"vllm {version}: {len(bad)}/{n} cases differ; first: "
                      + "\n".join(f"#{i} {c}\n   " + "\n   ".join(d) for i, c, d in bad[:3]))
+
+
+# ---------------------------------------------------------------------------------------------
+# hybrid attention + mamba block-size alignment
+# ---------------------------------------------------------------------------------------------
+
+N_HYBRID = 300
+
+
+def gen_hybrid(rng: random.Random, version: str) -> KVCase:
+    """A non-MLA attention + mamba case with the user's (or default) block size, unaligned."""
+    while True:
+        c = gen_case(rng, version)
+        if c.mamba is not None and "full" in c.layers:
+            break
+    return replace(c, block_size=rng.choice([1, 16, 16, 16, 32, 64, 128, 256, rng.randint(1, 256)]),
+                   mamba_page_size_padded=None, mamba_block_size=None)
+
+
+def kvscope_hybrid(c: KVCase, version: str) -> Tuple[int, Optional[int], Optional[int]]:
+    traits = args_mod.version_traits(version)
+    spec = model_spec(c)
+    attn_1 = kvc.attention_page_size_bytes(1, kvc.num_kv_heads_per_rank(spec, c.tp), c.head_size, c.dtype_bytes)
+    mamba_page = kvc.mamba_page_size_bytes(spec, c.tp, c.mamba_dtype_bytes, c.num_speculative_blocks)
+    align, backend = kvc.hybrid_kernel_block_alignment(traits, c.block_size, is_mla=False)
+    block = kvc.hybrid_attention_block_size(attn_1, mamba_page, c.block_size, align, backend)
+    page = block * attn_1
+    return block, (page if page != mamba_page else None), (block if c.mamba_cache_mode == "align" else None)
+
+
+@pytest.mark.parametrize("version", _params())
+def test_hybrid_block_alignment(version, multiplier):
+    """``hybrid_kernel_block_alignment`` + ``hybrid_attention_block_size`` + the mamba padding vs
+    ``HybridAttentionMambaModelConfig.verify_and_update_config`` (models/config.py, <= 0.19) /
+    ``Platform._align_hybrid_block_size`` (platforms/interface.py, 0.20.2+) with FlashAttention's
+    kernel blocks; mamba cache mode none/align (0.19+)."""
+    require_source("vllm", version, hybrid_members(version))
+    engine = kv_engine(version)
+    n = N_HYBRID * multiplier
+    bad = []
+    for i, rng in enumerate(cases.rngs(seed=67, n=n)):
+        c = gen_hybrid(rng, version)
+        theirs = hybrid_alignment(engine, c)
+        ours = kvscope_hybrid(c, version)
+        if ours != (theirs.block_size, theirs.mamba_page_size_padded, theirs.mamba_block_size):
+            bad.append((i, c, ours, theirs))
+    count_cases("vllm", version, "hybrid attention/mamba block size + mamba page padding", n)
+    assert not bad, (f"vllm {version}: {len(bad)}/{n} differ (block, padded page, mamba block); first: "
+                     + "\n".join(f"#{i} {c}\n   kvscope={o} engine={t}" for i, c, o, t in bad[:3]))

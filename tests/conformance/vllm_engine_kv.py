@@ -565,3 +565,117 @@ def kv_engine(version: str, _cache: Dict[str, VllmKV] = {}) -> VllmKV:  # noqa: 
     if version not in _cache:
         _cache[version] = VllmKV(version)
     return _cache[version]
+
+
+# ---------------------------------------------------------------------------------------------
+# hybrid attention + mamba block-size alignment (config time)
+# ---------------------------------------------------------------------------------------------
+
+HYBRID_CONFIG = "vllm/model_executor/models/config.py"  # HybridAttentionMambaModelConfig (<= 0.19)
+PLATFORM = "vllm/platforms/interface.py"  # Platform._align_hybrid_block_size (0.20.2+)
+
+
+def hybrid_members(version: str) -> Tuple[str, ...]:
+    return kv_members(version) + ((PLATFORM,) if vtuple(version) >= (0, 20) else (HYBRID_CONFIG,))
+
+
+@dataclass
+class HybridAlignment:
+    block_size: int
+    mamba_page_size_padded: Optional[int]
+    mamba_block_size: Optional[int]
+
+
+class _FlashAttentionBackend:
+    """The attention backend as ``_align_hybrid_block_size`` asks it: FlashAttention's kernel
+    blocks (``[MultipleOf(16)]``, flash_attn.py @ v0.20.2 / v0.33.0) and no spec customisation."""
+
+    def __init__(self, multiple_of: Any):
+        self._sizes = [multiple_of(16)]
+
+    def get_supported_kernel_block_sizes(self, *args: Any) -> List[Any]:
+        return list(self._sizes)
+
+    def customize_spec(self, spec: Any) -> Any:
+        return spec
+
+
+def _hybrid_fn(engine: "VllmKV") -> Any:
+    if getattr(engine, "_hybrid", None) is not None:
+        return engine._hybrid
+    import contextlib
+    import math
+    I = engine.iface
+    st = engine._mods
+    if engine.v >= (0, 20):
+        multiple_of = st["vllm.v1.attention.backend"].MultipleOf if "vllm.v1.attention.backend" in st else None
+        if multiple_of is None:
+            @dataclass(frozen=True)
+            class MultipleOf:  # vllm/v1/attention/backend.py
+                base: int
+            multiple_of = MultipleOf
+        registry = types.SimpleNamespace()  # resolve_model_cls set per case
+        modules = {
+            "vllm.config.vllm": loader.StubModule("vllm.config.vllm", {
+                "set_current_vllm_config": lambda cfg: contextlib.nullcontext()}),
+            "vllm.model_executor.models": loader.StubModule("vllm.model_executor.models", {"ModelRegistry": registry}),
+            "vllm.utils.math_utils": st["vllm.utils.math_utils"],
+            "vllm.utils.torch_utils": loader.StubModule("vllm.utils.torch_utils", {"STR_DTYPE_TO_TORCH_DTYPE": {
+                "fp8": DTYPES[1], "fp8_e4m3": DTYPES[1], "fp8_e5m2": DTYPES[1], "bfloat16": DTYPES[2],
+                "float": DTYPES[4], "float32": DTYPES[4]}}),
+            "vllm.v1.attention.backend": loader.StubModule("vllm.v1.attention.backend", {"MultipleOf": multiple_of}),
+            "vllm.v1.kv_cache_interface": I,
+            "vllm.model_executor.layers.mamba.abstract": loader.StubModule(
+                "vllm.model_executor.layers.mamba.abstract",
+                # no mamba layer declares a prefill checkpoint alignment (input, not tested)
+                {"get_mamba_prefill_checkpoint_alignment": lambda cfg: None}),
+        }
+        fns = loader.compile_defs(engine.src.read(PLATFORM), engine.origin(PLATFORM),
+                                  ["Platform._align_hybrid_block_size"], {"logger": engine.logger},
+                                  modules=modules)
+        backend = _FlashAttentionBackend(multiple_of)
+        host = type("CudaPlatform", (), {"_find_non_ssm_backends": classmethod(lambda cls, cfg: [backend])})
+        fn = fns["_align_hybrid_block_size"].__func__
+
+        def run(cfg: Any) -> None:
+            fn(host, cfg, backend)
+        engine._hybrid = (run, registry)
+    else:
+        registry = types.SimpleNamespace()
+        stand_ins = {"logger": engine.logger, "cdiv": engine.cdiv, "lcm": math.lcm,
+                     "MambaModelConfig": types.SimpleNamespace(verify_and_update_config=lambda cfg: None),
+                     "STR_DTYPE_TO_TORCH_DTYPE": {"fp8": DTYPES[1], "bfloat16": DTYPES[2], "float": DTYPES[4]},
+                     "FullAttentionSpec": I.FullAttentionSpec, "MambaSpec": I.MambaSpec,
+                     "MLAAttentionSpec": getattr(I, "MLAAttentionSpec", None), "ModelRegistry": registry,
+                     "AttentionBackendEnum": types.SimpleNamespace(CUTLASS_MLA="CUTLASS_MLA"),
+                     "_Backend": types.SimpleNamespace(CUTLASS_MLA="CUTLASS_MLA"),
+                     "envs": types.SimpleNamespace(VLLM_USE_V1=True)}  # V1 engine (default from 0.10)
+        fns = loader.compile_defs(engine.src.read(HYBRID_CONFIG), engine.origin(HYBRID_CONFIG),
+                                  ["HybridAttentionMambaModelConfig.verify_and_update_config"], stand_ins)
+        fn = fns["verify_and_update_config"].__func__
+        engine._hybrid = (lambda cfg: fn(None, cfg), registry)
+    return engine._hybrid
+
+
+def hybrid_alignment(engine: "VllmKV", c: KVCase) -> HybridAlignment:
+    """Run the release's hybrid alignment on a FlashAttention, non-MLA hybrid case."""
+    run, registry = _hybrid_fn(engine)
+    shapes = engine.mamba_shapes(c)
+    model_cls = types.SimpleNamespace(get_mamba_state_shape_from_config=lambda cfg: shapes,
+                                      get_mamba_state_dtype_from_config=lambda cfg: (DTYPES[c.mamba_dtype_bytes],) * 2)
+    registry.resolve_model_cls = lambda arch, model_config=None: (model_cls, arch)
+    heads = engine.num_kv_heads(c)
+    cache = types.SimpleNamespace(
+        block_size=c.block_size, mamba_cache_mode=c.mamba_cache_mode, mamba_block_size=None,
+        user_specified_mamba_block_size=False, mamba_page_size_padded=None, calculate_kv_scales=False,
+        cache_dtype=c.cache_dtype if c.cache_dtype != "auto" else "auto", kv_cache_dtype_skip_layers=None)
+    model = types.SimpleNamespace(
+        use_mla=False, dtype=DTYPES[c.dtype_bytes], architecture="Generated", model="generated",
+        max_model_len=c.max_model_len,
+        get_num_kv_heads=lambda pc: heads, get_head_size=lambda: c.head_size,
+        get_mamba_chunk_size=lambda: 256)
+    cfg = types.SimpleNamespace(cache_config=cache, model_config=model,
+                                parallel_config=types.SimpleNamespace(tensor_parallel_size=c.tp),
+                                attention_config=types.SimpleNamespace(backend=None))
+    run(cfg)
+    return HybridAlignment(cache.block_size, cache.mamba_page_size_padded, cache.mamba_block_size)

@@ -233,14 +233,39 @@ def mamba_page_size_bytes(spec: ModelSpec, tp: int, state_dtype_bytes: int, num_
 
 
 def hybrid_attention_block_size(attn_page_1_token: int, mamba_page: int, block_size: int,
-                                kernel_block_alignment: int) -> int:
+                                kernel_block_alignment: int, backend_block_alignment: int = 1) -> int:
     """Attention block size for hybrid attention+mamba models, mamba cache mode none/align:
-    ``alignment * cdiv(mamba_page, alignment * attn_page_size_1_token)``; kept if the
-    configured block size is already larger (HybridAttentionMambaModelConfig @ v0.19.0,
-    ``_align_hybrid_block_size`` @ v0.33.0). Alignment: 16 (FlashAttention), 64 for MLA
-    (128 from v0.33.0 and for CUTLASS MLA)."""
+    ``alignment * cdiv(mamba_page, alignment * attn_page_size_1_token)``, rounded up to the
+    backends' common kernel block (``backend_block_alignment``, v0.33.0); kept if the
+    configured block size is already larger (HybridAttentionMambaModelConfig @ v0.11.0/v0.19.1,
+    ``Platform._align_hybrid_block_size`` @ v0.20.2 … v0.33.0). The alignment per release:
+    :func:`hybrid_kernel_block_alignment`. The mamba page is then padded to
+    ``block_size x attn_page_size_1_token`` when they differ."""
     attn_block = kernel_block_alignment * cdiv(mamba_page, kernel_block_alignment * attn_page_1_token)
+    attn_block = backend_block_alignment * cdiv(attn_block, backend_block_alignment)
     return max(block_size, attn_block)
+
+
+def hybrid_kernel_block_alignment(traits: VersionTraits, block_size: int, is_mla: bool,
+                                  backend_min_kernel_block: int = 16) -> tuple[int, int]:
+    """(kernel_block_alignment_size, backend_block_alignment) of the hybrid alignment:
+
+    * up to v0.19 (``HybridAttentionMambaModelConfig``, models/config.py @ v0.11.0 / v0.19.1):
+      16, and for MLA 64 (v0.19; 128 with CUTLASS MLA, not modelled);
+    * v0.20.2+ (``Platform._align_hybrid_block_size``, platforms/interface.py @ v0.20.2):
+      ``max(smallest kernel block of the backend, cache block size)`` -- FlashAttention
+      advertises ``MultipleOf(16)`` -- so a user block size above 16 sets the alignment;
+    * v0.33.0: MLA at least 128, and the result is rounded up to the non-mamba backends' common
+      kernel block (16 for FlashAttention).
+    """
+    if not _at_least(traits, "0.20.2"):
+        return (64 if (is_mla and _at_least(traits, "0.19")) else 16), 1
+    align = max(backend_min_kernel_block, block_size)
+    if not _at_least(traits, "0.33"):
+        return align, 1
+    if is_mla:
+        align = max(align, 128)
+    return align, backend_min_kernel_block
 
 
 # ---------------------------------------------------------------------------------------------
