@@ -163,8 +163,8 @@ def gen_case(rng: random.Random, version: str) -> KVCase:
         spec_blocks = rng.choice([0, 0, 0, 1, 2]) if spec_ok else 0
         c = replace(c, mamba_cache_mode=mode, num_speculative_blocks=spec_blocks)
         if "full" in layers and not (v >= (0, 19) and rng.random() < 0.15 and _unaligned_ok(c, version)):
-            block, padded = kv_engine(version).hybrid_inputs(c, 16)
-            c = replace(c, block_size=block, mamba_page_size_padded=padded)
+            h = hybrid_alignment(kv_engine(version), c)  # the release's own config-time alignment
+            c = replace(c, block_size=h.block_size, mamba_page_size_padded=h.mamba_page_size_padded)
         # else: the attention block size as given, no mamba padding -- page-size unification in
         # get_kv_cache_groups (as with a draft model's larger pages); not before v0.19, whose
         # admission check runs before grouping
@@ -432,7 +432,7 @@ def _params():
 
 @pytest.mark.parametrize("version", _params())
 def test_kv_cache_layout(version, multiplier):
-    require_source("vllm", version, kv_members(version))
+    require_source("vllm", version, hybrid_members(version))
     n = N_CASES * multiplier
     bad = []
     for i, rng in enumerate(cases.rngs(seed=61, n=n)):

@@ -379,25 +379,6 @@ class VllmKV:
                 I.MambaSpec(block_size=1, shapes=self.mamba_shapes(c),
                             dtypes=(DTYPES[c.mamba_dtype_bytes],) * 2).page_size_bytes)
 
-    def hybrid_inputs(self, c: KVCase, alignment: int) -> Tuple[int, Optional[int]]:
-        """Config-time inputs of a hybrid attention+mamba case: (attention block size, mamba
-        page padded), by the arithmetic of ``HybridAttentionMambaModelConfig`` (models/config.py
-        @ v0.11.0/v0.19.1, mode none/align) on this release's own page sizes. Input generation
-        only: this arithmetic is config code, not the KV planner under test."""
-        I = self.iface
-        heads = self.num_kv_heads(c)
-        kw: Dict[str, Any] = dict(block_size=1, num_kv_heads=heads, head_size=c.head_size,
-                                  dtype=DTYPES[c.dtype_bytes])
-        if self.v < (0, 11):
-            kw["use_mla"] = False
-        attn_1 = I.FullAttentionSpec(**kw).page_size_bytes
-        mamba_page = I.MambaSpec(block_size=1, shapes=self.mamba_shapes(c),
-                                 dtypes=(DTYPES[c.mamba_dtype_bytes],) * 2).page_size_bytes
-        block = alignment * self.cdiv(mamba_page, alignment * attn_1)
-        block = max(block, c.block_size)
-        page = block * attn_1
-        return block, (page if page != mamba_page else None)
-
     def layer_specs(self, c: KVCase) -> Dict[int, Any]:
         I = self.iface
         dtype = DTYPES[c.dtype_bytes]
