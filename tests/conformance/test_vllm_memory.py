@@ -19,7 +19,8 @@ import pytest
 
 from . import cases
 from .conftest import count_cases, require_source
-from .vllm_engine_mem import GiB, MiB, BudgetCase, VllmMem, args_members, max_len, maxlen_members, mem_members
+from .vllm_engine_mem import (GiB, MiB, BudgetCase, VllmMem, args_members, block_members, block_size_classic,
+                              has_classic_block_rule, max_len, maxlen_members, mem_members)
 from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
 
 memory = pytest.importorskip("kvscope.engines.vllm.memory")
@@ -388,6 +389,37 @@ def test_max_model_len_from_hf_config(version, multiplier):
     count_cases("vllm", version, "_get_and_verify_max_len: derived length (keys, RoPE scaling), user value "
                                  "check + ValueError text", n)
     assert not bad, _report(version, "max_model_len", bad, n)
+
+
+N_BLOCK = 500
+CAPABILITIES = [(9, 0), (10, 0), (8, 0), (8, 9), (8, 6), (10, 3), (12, 0), (12, 1), (7, 5)]
+
+
+@pytest.mark.parametrize("version", version_params())
+def test_block_size_default(version, multiplier):
+    """Default / forced KV block size where the CUDA platform sets it (0.10-0.11). From 0.19 the
+    attention-backend registry decides; kvscope keeps 16 / MLA 64 there (labelled estimated)."""
+    require_source("vllm", version, block_members(version))
+    eng = VllmMem(version)
+    if not has_classic_block_rule(eng):
+        pytest.skip(f"vllm {version}: block size chosen by the attention-backend registry "
+                    "(Platform.update_block_size_for_backend), not conformance-tested")
+    n = N_BLOCK * multiplier
+    bad = []
+    for rng in cases.rngs(seed=79, n=n):
+        cap = rng.choice(CAPABILITIES)
+        mla = rng.random() < 0.6
+        sparse = mla and rng.random() < 0.3
+        user = rng.choice([None, None, 16, 32, 64, 128, 256, 8, 1])
+        theirs = block_size_classic(eng, user_block_size=user, use_mla=mla, capability=cap, sparse=sparse)
+        flags = args_mod.VllmFlags(block_size=user)
+        a = args_mod.resolve_args(flags, traits=traits(version), model_max_len=4096, gpu_memory_bytes=80 * GiB,
+                                  gpu_name="gpu", is_mla=mla, is_hybrid_mamba=False, num_attention_heads=32,
+                                  gpu_sm=_sm(cap), is_sparse_mla=sparse)
+        if a.block_size != theirs:
+            bad.append(((cap, mla, sparse, user), a.block_size, theirs))
+    count_cases("vllm", version, "block size default / MLA-backend forced size (platforms/cuda.py)", n)
+    assert not bad, _report(version, "block size", bad, n)
 
 
 def _report(version, what, bad, n) -> str:

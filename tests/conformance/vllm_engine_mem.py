@@ -229,6 +229,9 @@ def env_default(text: str, origin: str, key: str) -> Any:
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and k.value == key and isinstance(v, ast.Call) and \
+                        getattr(v.func, "id", "") == "env_with_choices":
+                    return ast.literal_eval(v.args[1])  # env_with_choices(name, default, choices)
                 if isinstance(k, ast.Constant) and k.value == key and isinstance(v, ast.Lambda):
                     expr = ast.Expression(body=loader._copy_node(v))
                     fake_os = types.SimpleNamespace(environ={}, getenv=lambda _n, d=None: d,
@@ -743,3 +746,60 @@ class _Version:
 
 def max_len(eng: VllmMem) -> _MaxLen:
     return eng._cached("max_len", lambda: _MaxLen(eng))
+
+
+# ---------------------------------------------------------------------------------------------
+# block size default (classic: CudaPlatformBase.check_and_update_config, 0.10-0.11)
+# ---------------------------------------------------------------------------------------------
+
+def has_classic_block_rule(eng: VllmMem) -> bool:
+    """0.10-0.11 set the default block size (16, MLA backends 64/128) in the CUDA platform's
+    ``check_and_update_config``; from 0.19 the attention-backend registry decides
+    (``Platform.update_block_size_for_backend``), which is not run here."""
+    text = eng.text("vllm/platforms/cuda.py")
+    return "cache_config.block_size = 16" in text
+
+
+def block_members(version: str) -> Tuple[str, ...]:
+    return ("vllm/platforms/cuda.py", "vllm/attention/ops/flashmla.py", "vllm/envs.py")
+
+
+class _CapPlatform(_Platform):
+    def is_device_capability(self, cap: Any, *_a: Any) -> bool:
+        if isinstance(cap, int):
+            return cap == self.capability[0] * 10 + self.capability[1]
+        return tuple(cap) == tuple(self.capability)
+
+
+def block_size_classic(eng: VllmMem, *, user_block_size: Optional[int], use_mla: bool,
+                       capability: Tuple[int, int], sparse: bool) -> int:
+    """``cache_config.block_size`` after ``CudaPlatformBase.check_and_update_config`` (V1 worker,
+    no ``VLLM_ATTENTION_BACKEND`` set, the FlashMLA extension compiled as in the wheel)."""
+    platform = eng._cached("block_platform", _CapPlatform)
+    platform.capability = capability
+
+    def build() -> Any:
+        fm = "vllm/attention/ops/flashmla.py"
+        is_fm = loader.compile_defs(eng.text(fm), eng.origin(fm), ["is_flashmla_supported"], {
+            "current_platform": platform, "_flashmla_C_AVAILABLE": True})["is_flashmla_supported"]
+        envs = types.SimpleNamespace(VLLM_USE_V1=True, VLLM_ATTENTION_BACKEND=None,
+                                     VLLM_ALL2ALL_BACKEND=eng.env("VLLM_ALL2ALL_BACKEND"))
+        m = "vllm/platforms/cuda.py"
+        modules = {"vllm.attention.ops.flashmla": types.SimpleNamespace(is_flashmla_supported=is_fm),
+                   "vllm.config": types.SimpleNamespace(CUDAGraphMode=_CUDAGraphMode)}
+        fn = loader.compile_defs(eng.text(m), eng.origin(m), ["CudaPlatformBase.check_and_update_config"],
+                                 {"envs": envs, "logger": _Logger()}, modules)["check_and_update_config"]
+        return fn, envs
+
+    fn, envs = eng._cached("block_fn", build)
+    envs.VLLM_ATTENTION_BACKEND = None  # the engine sets it to CUTLASS_MLA on Blackwell
+    cache_config = _Cfg(block_size=user_block_size)
+    hf = _Cfg(index_topk=2048) if sparse else _Cfg()
+    vllm_config = _Cfg(
+        parallel_config=_Cfg(worker_cls="auto", data_parallel_size=1), speculative_config=None,
+        model_config=_Cfg(use_mla=use_mla, hf_config=hf, enforce_eager=False), cache_config=cache_config,
+        compilation_config=_Cfg(cudagraph_mode=_CUDAGraphMode.PIECEWISE))
+    cls = type("CudaPlatform", (), {"is_device_capability": classmethod(_CapPlatform.is_device_capability),
+                                    "capability": capability})
+    fn.__func__(cls, vllm_config) if hasattr(fn, "__func__") else fn(cls, vllm_config)
+    return cache_config.block_size

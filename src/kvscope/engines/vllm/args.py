@@ -58,6 +58,9 @@ class VersionTraits:
     #   yarn = original_max_position_embeddings x factor, longrope default; 0.19-0.28), 33 (yarn unscaled)
     max_len_error_warning: bool = True  # error text ends with the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning (v0.10.2+)
     transformers_v5: bool = True  # Requires-Dist transformers>=5.5.3 (wheel METADATA @ v0.26.0)
+    classic_block_rule: bool = False  # block size set in CudaPlatformBase.check_and_update_config (0.10-0.11);
+    #   from 0.19 the attention-backend registry (Platform.update_block_size_for_backend) decides
+    sparse_mla_block_64: bool = True  # index_topk (DSA) models forced to 64 (platforms/cuda.py @ v0.11.0)
 
 
 def parse_version(version: str | None) -> Version:
@@ -105,6 +108,8 @@ def version_traits(version: str | None) -> VersionTraits:
         max_len_generation=33 if at_least("0.33") else 19 if at_least("0.19") else 10,
         max_len_error_warning=at_least("0.10.2"),
         transformers_v5=at_least("0.26"),
+        classic_block_rule=not at_least("0.19"),
+        sparse_mla_block_64=at_least("0.11"),
     )
 
 
@@ -189,9 +194,27 @@ def batch_defaults(gpu_memory_bytes: int, gpu_name: str, traits: VersionTraits, 
     return (2048 if api_server else 8192), 256
 
 
+def block_size_classic(user: int | None, *, is_mla: bool, gpu_sm: str, is_sparse_mla: bool,
+                       traits: VersionTraits) -> tuple[int, str]:
+    """``CudaPlatformBase.check_and_update_config`` (vllm/platforms/cuda.py @ v0.10.1.1 / v0.11.0,
+    no ``VLLM_ATTENTION_BACKEND``): unset -> 16; MLA on compute capability 10.0 -> CUTLASS_MLA,
+    forced 128; MLA on 9.x -> FlashMLA, forced 64; from v0.11.0 a sparse (``index_topk``) MLA model
+    is forced to 64 last. The forced sizes override ``--block-size``."""
+    block, source = (user, "flag") if user is not None else (16, "CacheConfig default (platforms/cuda.py)")
+    if is_mla:
+        if gpu_sm == "sm100":
+            block, source = 128, "forced 128 for CUTLASS_MLA (Blackwell sm100)"
+        elif gpu_sm.startswith("sm9") and block != 64:
+            block, source = 64, "forced 64 for FlashMLA (Hopper)"
+        if is_sparse_mla and traits.sparse_mla_block_64:
+            block, source = 64, "forced 64 for FlashMLASparse"
+    return block, source
+
+
 def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int, gpu_memory_bytes: int,
                  gpu_name: str, is_mla: bool, is_hybrid_mamba: bool, num_attention_heads: int,
-                 gpu_sm: str | None = None, derived_max_len: DerivedMaxModelLen | None = None) -> VllmArgs:
+                 gpu_sm: str | None = None, derived_max_len: DerivedMaxModelLen | None = None,
+                 is_sparse_mla: bool = False) -> VllmArgs:
     """Apply vLLM's defaults and validations (the ones that raise before any memory is touched).
 
     ``derived_max_len`` (``derive_max_model_len`` of the HF config) replaces ``model_max_len`` when
@@ -251,9 +274,12 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
         raise FlagError(f"--kv-cache-memory-bytes does not exist in vLLM {traits.version} "
                         "(CacheConfig.kv_cache_memory_bytes: v0.11.0+)", field="--kv-cache-memory-bytes",
                         fix="use --gpu-memory-utilization, or vLLM >= 0.11")
-    if flags.block_size is not None:
-        if flags.block_size < 1:
-            raise FlagError("--block-size must be positive", field="--block-size", fix="e.g. 16")
+    if flags.block_size is not None and flags.block_size < 1:
+        raise FlagError("--block-size must be positive", field="--block-size", fix="e.g. 16")
+    if traits.classic_block_rule and gpu_sm is not None:
+        block, source = block_size_classic(flags.block_size, is_mla=is_mla, gpu_sm=gpu_sm,
+                                           is_sparse_mla=is_sparse_mla, traits=traits)
+    elif flags.block_size is not None:
         block, source = flags.block_size, "flag"
     elif is_mla:
         # MLA backends need 64-token kernel blocks (FlashMLA; platforms/cuda.py) [estimated per backend]

@@ -86,7 +86,8 @@ def plan_vllm(spec: ModelSpec, gpu: GPU, flags: VllmFlags, version: str | None =
                      gpu_memory_bytes=gpu.memory_bytes, gpu_name=gpu.name,
                      is_mla=spec.is_mla or spec.dsv4 is not None,  # DeepSeek-V4: use_mla, fp8_ds_mla
                      is_hybrid_mamba=spec.mamba is not None and spec.num_kv_layers > 0,
-                     num_attention_heads=spec.num_attention_heads, gpu_sm=gpu.sm)
+                     num_attention_heads=spec.num_attention_heads, gpu_sm=gpu.sm,
+                     is_sparse_mla=spec.has_dsa_indexer)
     total = gib_to_bytes(measured.total_gib) if measured.total_gib is not None else gpu.cuda_total_bytes
     free0 = _init_free(gpu, a, total, measured)
     requested = mem.requested_memory_bytes(total, a.gpu_memory_utilization, traits)
