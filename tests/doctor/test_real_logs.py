@@ -523,3 +523,14 @@ def test_local_model_directories_map_to_the_catalog():
     r = diagnose_text(text, model="/models/Qwen3-14B")
     assert r.timeline.extra["model_catalog_id"] == "Qwen/Qwen3-14B"
     assert check(r, "GPU KV cache size from the model").agrees
+
+
+def test_sglang_profile_window_allows_the_setup_before_load_begin():
+    # SGLang's clean-startup log (B200, default fraction 0.854 = round((gpu − reserved)/gpu, 3)):
+    # 992,896 tokens need a baseline 0.09–0.14 GiB above the printed "Load weight begin" 177.57 GiB —
+    # the engine measures it at the end of init (model_runner.py @ v0.5.10; docs/doctor.md, mismatch 5).
+    text = (REAL / CASES["sglang-skill-clean-startup-qwen3-8b-b200"]["fixture"]).read_text(encoding="utf-8")
+    r = diagnose_text(text, assume={"mem_fraction_static": 0.854})
+    c = check(r, "max_total_num_tokens from the profile")
+    assert c.agrees and c.recomputed == [992832, 993088] and "end of init" in c.how
+    assert "engine-arithmetic-mismatch" not in codes(r)
