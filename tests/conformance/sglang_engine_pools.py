@@ -513,6 +513,9 @@ class MambaCase:
     speculative_algorithm: Optional[str] = None
     speculative_num_draft_tokens: Optional[int] = None
     is_gdn: bool = True  # Qwen3-Next-style (hybrid_gdn_config) vs Mamba2 (Nemotron-H / Falcon-H1)
+    pp_size: int = 1  # with the model's state layer ids (0.5.18+ charge the largest stage's share)
+    state_layer_ids: tuple = (0,)
+    num_hidden_layers: int = 1
 
 
 @dataclass
@@ -528,7 +531,14 @@ def mamba_members(version: str) -> tuple:
         return ("sglang/srt/model_executor/model_runner.py",)
     if v < (0, 5, 18):
         return ("sglang/srt/model_executor/model_runner_kv_cache_mixin.py",)
-    return ("sglang/srt/mem_cache/kv_cache_configurator.py",)
+    return ("sglang/srt/mem_cache/kv_cache_configurator.py", "sglang/srt/distributed/utils.py")
+
+
+def _pp_indices(self: SGLangPools) -> Any:
+    """The release's ``get_pp_indices`` (distributed/utils.py), SGLANG_PP_LAYER_PARTITION unset."""
+    m = "sglang/srt/distributed/utils.py"
+    return loader.compile_defs(self._text(m), self.origin(m), ["get_pp_indices"], {
+        "os": types.SimpleNamespace(getenv=lambda name, default=None: default)})["get_pp_indices"]
 
 
 def _mamba_handle(self: SGLangPools, c: MambaCase) -> MambaResult:
@@ -538,7 +548,7 @@ def _mamba_handle(self: SGLangPools, c: MambaCase) -> MambaResult:
     fns = self._compiled["mamba"]
     attn_dp = c.dp_size if c.enable_dp_attention else 1
     cfg = types.SimpleNamespace(mamba2_cache_params=types.SimpleNamespace(
-        mamba_cache_per_req=c.per_req_bytes, layers=[0]))
+        mamba_cache_per_req=c.per_req_bytes, layers=list(c.state_layer_ids)))
     sa = types.SimpleNamespace(
         speculative_num_draft_tokens=c.speculative_num_draft_tokens, disable_radix_cache=c.disable_radix_cache,
         max_mamba_cache_size=c.max_mamba_cache_size, max_running_requests=c.max_running_requests,
@@ -548,8 +558,9 @@ def _mamba_handle(self: SGLangPools, c: MambaCase) -> MambaResult:
     host = types.SimpleNamespace(
         mambaish_config=cfg, server_args=sa, hybrid_gdn_config=object() if c.is_gdn else None,
         hybrid_kda_config=None, spec_algorithm=SpecAlgo(c.speculative_algorithm), dp_size=attn_dp,
-        attn_dp_size=attn_dp, pp_size=1, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=attn_dp),
-        extra_mamba_cache_bytes_per_req=0, model_config=types.SimpleNamespace(num_hidden_layers=1))
+        attn_dp_size=attn_dp, pp_size=c.pp_size, ps=types.SimpleNamespace(pp_size=c.pp_size, attn_dp_size=attn_dp),
+        extra_mamba_cache_bytes_per_req=0,
+        model_config=types.SimpleNamespace(num_hidden_layers=c.num_hidden_layers))
     host.fused_entry_bytes = lambda name: None
     if "_calculate_mamba_ratio" in fns:
         host._calculate_mamba_ratio = types.MethodType(fns["_calculate_mamba_ratio"], host)
@@ -601,7 +612,7 @@ def _compile_mamba(self: SGLangPools) -> Dict[str, Any]:
         "get_context": lambda: types.SimpleNamespace(override=override),
         "envs": _Env({"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": False}),
         "mamba_extra_buffer_enabled": lambda: False, "mamba_extra_buffer_lazy_enabled": lambda: False,
-        "_is_npu": False,
+        "_is_npu": False, "get_pp_indices": _pp_indices(self),
     }
     names = ["KVCacheConfigurator._handle_max_mamba_cache", "KVCacheConfigurator._calculate_mamba_ratio"]
     if loader.has_def(text, self.origin(m), "_pd_prefill_skips_mamba_spec_state"):
@@ -741,13 +752,13 @@ def _profile_mm(self: SGLangPools, c: ProfileMMCase) -> ProfileMMResult:
     cfg = None
     if c.mamba is not None:
         cfg = types.SimpleNamespace(mamba2_cache_params=types.SimpleNamespace(
-            mamba_cache_per_req=mc.per_req_bytes, layers=[0]), full_attention_layer_ids=[])
+            mamba_cache_per_req=mc.per_req_bytes, layers=list(mc.state_layer_ids)), full_attention_layer_ids=[])
     host = types.SimpleNamespace(
         mambaish_config=cfg, server_args=sa, hybrid_gdn_config=object() if mc.is_gdn else None,
         hybrid_kda_config=None, spec_algorithm=SpecAlgo(mc.speculative_algorithm), dp_size=attn_dp,
-        attn_dp_size=attn_dp, pp_size=1, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=attn_dp),
+        attn_dp_size=attn_dp, pp_size=mc.pp_size, ps=types.SimpleNamespace(pp_size=mc.pp_size, attn_dp_size=attn_dp),
         extra_mamba_cache_bytes_per_req=0, model_config=types.SimpleNamespace(
-            num_hidden_layers=1, is_multimodal=c.is_multimodal, hf_config=types.SimpleNamespace()),
+            num_hidden_layers=mc.num_hidden_layers, is_multimodal=c.is_multimodal, hf_config=types.SimpleNamespace()),
         device="cuda", gpu_id=0, mem_fraction_static=c.mem_fraction_static, post_capture_kv_active=False,
         is_draft_worker=False, num_effective_layers=1, start_layer=0, end_layer=1)
     host.fused_entry_bytes = lambda name: None

@@ -135,13 +135,24 @@ def gen_mamba(rng: random.Random, version: str) -> MambaCase:
         speculative_algorithm=rng.choice(["EAGLE", "EAGLE3", "STANDALONE"]) if spec else None,
         speculative_num_draft_tokens=rng.choice([2, 4, 8, 16, rng.randint(1, 64)]) if spec else None,
         is_gdn=rng.random() < 0.6,
+        **_gen_pp(rng),
     )
+
+
+def _gen_pp(rng: random.Random) -> dict:
+    if rng.random() < 0.6:
+        return {}
+    n = rng.choice([36, 48, 52, 56, 62, rng.randint(4, 96)])
+    k = rng.choice([2, 4, 4, 8])
+    ids = tuple(i for i in range(n) if (i + 1) % k)  # state layers between the attention layers
+    return dict(pp_size=rng.choice([2, 3, 4, 8]), state_layer_ids=ids, num_hidden_layers=n)
 
 
 def kvscope_mamba(version: str, c: MambaCase):
     v = args_mod.parse_version(version)
+    per = memory.mamba_pp_stage_bytes(v, c.per_req_bytes, c.state_layer_ids, c.num_hidden_layers, c.pp_size)
     r = memory.handle_max_mamba_cache(
-        v, c.rest_gib, c.per_req_bytes, ratio=c.mamba_full_memory_ratio, max_mamba_cache_size=c.max_mamba_cache_size,
+        v, c.rest_gib, per, ratio=c.mamba_full_memory_ratio, max_mamba_cache_size=c.max_mamba_cache_size,
         disable_radix_cache=c.disable_radix_cache, max_running_requests=c.max_running_requests,
         attn_dp_size=c.dp_size if c.enable_dp_attention else 1,
         speculative_num_draft_tokens=c.speculative_num_draft_tokens if c.speculative_algorithm else None,
@@ -270,7 +281,8 @@ def kvscope_profile_mm(version: str, c: ProfileMMCase):
     mm = memory.mm_reservation_gib(v, c.is_multimodal, c.mm_feature_transport)
     kw = {}
     if m is not None:
-        kw = dict(mamba_per_req_bytes=m.per_req_bytes, mamba_ratio=m.mamba_full_memory_ratio,
+        per = memory.mamba_pp_stage_bytes(v, m.per_req_bytes, m.state_layer_ids, m.num_hidden_layers, m.pp_size)
+        kw = dict(mamba_per_req_bytes=per, mamba_ratio=m.mamba_full_memory_ratio,
                   max_mamba_cache_size=m.max_mamba_cache_size, disable_radix_cache=m.disable_radix_cache,
                   max_running_requests=m.max_running_requests,
                   attn_dp_size=m.dp_size if m.enable_dp_attention else 1,

@@ -289,6 +289,20 @@ def mamba_state_bytes_per_req(spec: ModelSpec, tp: int, conv_bytes: int = 2, ssm
     return (conv * conv_bytes + temporal * ssm_bytes) * spec.num_state_layers
 
 
+def mamba_pp_stage_bytes(v: Version, per_req_bytes: int, state_layer_ids: Sequence[int], num_hidden_layers: int,
+                         pp_size: int) -> int:
+    """The per-request state the carve charges on every rank: from 0.5.18 the largest PP stage's share,
+    ``int(per_req * max_stage_state_layers / all_state_layers)`` with ``get_pp_indices`` stages
+    (``_handle_max_mamba_cache`` @ v0.5.18 l.1975, @ v0.5.23); before, the whole model's per request."""
+    ids = list(state_layer_ids)
+    if pp_size <= 1 or not ids or not at_least(v, "0.5.18"):
+        return per_req_bytes
+    from ...model.weights import pp_layer_range  # SGLang's get_pp_indices default partition
+    most = max(sum(1 for i in ids if lo <= i < hi)
+               for lo, hi in (pp_layer_range(num_hidden_layers, r, pp_size) for r in range(pp_size)))
+    return int(per_req_bytes * (most / max(len(ids), 1)))
+
+
 @dataclass(frozen=True)
 class MambaCarve:
     rest_gib: float  # rest memory left for KV after the state pool

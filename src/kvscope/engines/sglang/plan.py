@@ -166,7 +166,10 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     avail_gib = mem.available_gib(post, distributed)
     mm_gib = mem.mm_reservation_gib(v, spec.is_multimodal and not a.language_only)
     draft_layers = _draft_layers(spec, a, draft)
-    mamba_per_req = mem.mamba_state_bytes_per_req(spec, attn_tp) if spec.is_mambaish else 0
+    mamba_per_req = mem.mamba_pp_stage_bytes(  # the largest PP stage's share (>=0.5.18)
+        v, mem.mamba_state_bytes_per_req(spec, attn_tp),
+        [i for i, t in enumerate(spec.layer_types) if t in ("linear_attention", "mamba")],
+        spec.num_hidden_layers, a.pp_size) if spec.is_mambaish else 0
     swa_pool = spec.is_hybrid_swa and bool(HYBRID_SWA_ARCHS.intersection(spec.architectures))
     stage_tokens = []
     cells = []
