@@ -217,15 +217,17 @@ def cache_layout(spec: ModelSpec, a: VllmArgs, max_model_len: int) -> kvc.CacheL
     mamba_cache_mode = "align" if (spec.mamba is not None and a.enable_prefix_caching) else "none"
     num_spec = a.num_speculative_tokens if a.speculative_method in ("mtp", "eagle", "eagle3", "qwen3_next_mtp") else 0
     if spec.mamba is not None and spec.num_kv_layers > 0:
+        backend_align = 1
         if spec.is_mla:
             attn_1 = kvc.mla_page_size_bytes(1, spec.kv_lora_rank or 0, spec.qk_rope_head_dim or 0, e, a.kv_cache_dtype)
-            align = a.traits.mla_hybrid_alignment
+            align = a.traits.mla_hybrid_alignment  # MLA + mamba: not conformance-tested [estimated]
         else:
             attn_1 = kvc.attention_page_size_bytes(1, kvc.num_kv_heads_per_rank(spec, a.tp), spec.head_dim, e)
-            # FlashAttention kernel blocks: 16 (v0.19.0); max(16, block_size) from v0.33.0
-            align = max(16, a.block_size) if a.traits.mla_hybrid_alignment == 128 else 16
+            # 16 up to v0.19; max(16, block_size) from v0.20.2; + backend kernel-block rounding in
+            # v0.33.0 (kv_cache.hybrid_kernel_block_alignment, conformance-tested by its owner)
+            align, backend_align = kvc.hybrid_kernel_block_alignment(a.traits, a.block_size, False)
         mamba_page = kvc.mamba_page_size_bytes(spec, a.tp, spec.dtype_bytes, num_spec)
-        block = kvc.hybrid_attention_block_size(attn_1, mamba_page, a.block_size, align)
+        block = kvc.hybrid_attention_block_size(attn_1, mamba_page, a.block_size, align, backend_align)
         attn_page = block * attn_1
         padded = attn_page if attn_page != mamba_page else None
         mamba_block = block if mamba_cache_mode == "align" else max_model_len
