@@ -87,18 +87,27 @@ def test_requested_memory_and_check(version, multiplier):
     require_source("vllm", version, mem_members(version))
     eng = VllmMem(version)
     t = traits(version)
+    external = eng.has_external_weights()
     n = N_REQUEST * multiplier
     bad = []
     for rng in cases.rngs(seed=61, n=n):
         total, free, util = gen_request(rng)
-        _, e_req, e_err = eng.request(BudgetCase(total=total, init_free=free, util=util),
+        ext = 0
+        if external and rng.random() < 0.3:
+            req = total * util
+            ext = rng.choice([rng.randint(1, total), int(req), int(req) + 1, max(1, int(req) - free)])
+        _, e_req, e_err = eng.request(BudgetCase(total=total, init_free=free, util=util, external_weights=ext),
                                       eng.dev.reset(total, free), eng._mem_classes())
-        req = memory.requested_memory_bytes(total, util, t)
-        err = memory.request_memory_error(free, total, util, req, t) if free < req else None
-        ours = (None if err else req, err)
+        ours = memory.request_memory(total, free, util, t, external_weight_bytes=ext)
+        if not ext:  # the two-step API plan.py uses
+            req = memory.requested_memory_bytes(total, util, t)
+            err = memory.request_memory_error(free, total, util, req, t) if free < req else None
+            if (None if err else req, err) != ours:
+                bad.append(((total, free, util), ("two-step", req, err), ours))
         if ours != (e_req, e_err) or type(ours[0]) is not type(e_req):
-            bad.append(((total, free, util), ours, (e_req, e_err)))
-    count_cases("vllm", version, "requested memory + free-memory check (ValueError text)", n)
+            bad.append(((total, free, util, ext), ours, (e_req, e_err)))
+    count_cases("vllm", version, "requested memory + free-memory check (ValueError texts"
+                + (", external weights" if external else "") + ")", n)
     assert not bad, _report(version, "requested memory", bad, n)
 
 

@@ -281,6 +281,7 @@ class BudgetCase:
     cudagraph_torch_peak: int = 0  # transient torch peak while profiling graphs
     cudagraph_mode_none: bool = False  # --enforce-eager
     kv_cache_memory_bytes: Optional[int] = None
+    external_weights: int = 0  # weights held by another process (request_memory, 0.33+)
 
 
 @dataclass
@@ -333,6 +334,9 @@ class VllmMem:
     def old_request(self) -> bool:
         return self._cached("old_request", lambda: not self.src.has("vllm/v1/worker/utils.py") or
                             "def request_memory" not in self.text("vllm/v1/worker/utils.py"))
+
+    def has_external_weights(self) -> bool:
+        return "external_weight_memory" in self.text("vllm/v1/worker/utils.py")
 
     def env(self, key: str) -> Any:
         ck = "env:" + key
@@ -387,6 +391,8 @@ class VllmMem:
                     "MemorySnapshot": mc["MemorySnapshot"], "CacheConfig": Any})["request_memory"])
             snap = self._init_snapshot(c, dev, mc)
             try:
+                if c.external_weights:
+                    return snap, fn(snap, cache_config, c.external_weights), None
                 return snap, fn(snap, cache_config), None
             except ValueError as exc:
                 return snap, None, str(exc)

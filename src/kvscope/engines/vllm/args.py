@@ -61,6 +61,7 @@ class VersionTraits:
     classic_block_rule: bool = False  # block size set in CudaPlatformBase.check_and_update_config (0.10-0.11);
     #   from 0.19 the attention-backend registry (Platform.update_block_size_for_backend) decides
     sparse_mla_block_64: bool = True  # index_topk (DSA) models forced to 64 (platforms/cuda.py @ v0.11.0)
+    external_weight_budget: bool = True  # request_memory(external_weight_memory) (v1/worker/utils.py @ v0.33.0)
 
 
 def parse_version(version: str | None) -> Version:
@@ -110,6 +111,7 @@ def version_traits(version: str | None) -> VersionTraits:
         transformers_v5=at_least("0.26"),
         classic_block_rule=not at_least("0.19"),
         sparse_mla_block_64=at_least("0.11"),
+        external_weight_budget=at_least("0.33"),
     )
 
 

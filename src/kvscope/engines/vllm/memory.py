@@ -63,6 +63,33 @@ def request_memory_error(free_bytes: int, total_bytes: int, util: float, request
             f"utilization or reduce GPU memory used by other processes.")
 
 
+def request_memory(total_bytes: int, free_bytes: int, util: float, traits: VersionTraits,
+                   external_weight_bytes: int = 0, device: str = "cuda:0") -> tuple[int | float | None, str | None]:
+    """(the worker's budget, None) or (None, the ValueError text) of ``request_memory``
+    (vllm/v1/worker/utils.py @ v0.19.1 … v0.33.0; inline in gpu_worker.py ``init_device`` @
+    v0.10.1.1 / v0.11.0). From v0.33.0 weights held by another process
+    (``get_external_weight_memory``) come out of the budget: ``engine = ceil(total x util) -
+    external``, an error when that is <= 0 or above the free memory."""
+    requested = requested_memory_bytes(total_bytes, util, traits)
+    if external_weight_bytes > 0 and traits.external_weight_budget:
+        engine = requested - external_weight_bytes
+        fg = kvc.format_gib
+        if engine <= 0:
+            return None, (f"Externally held weights on device {device} ({fg(external_weight_bytes)}/"
+                          f"{fg(total_bytes)} GiB) exceed the desired GPU memory utilization ({util}, "
+                          f"{fg(requested)} GiB). Increase GPU memory utilization or reduce GPU memory used "
+                          "by other processes.")
+        if free_bytes < engine:
+            return None, (f"Free memory on device {device} ({fg(free_bytes)}/{fg(total_bytes)} GiB) on startup "
+                          "is less than the engine's budget after excluding external process's weights "
+                          f"({util}, {fg(engine)} GiB). Decrease GPU memory utilization or reduce GPU memory "
+                          "used by other processes.")
+        return engine, None
+    if free_bytes < requested:
+        return None, request_memory_error(free_bytes, total_bytes, util, requested, traits, device)
+    return requested, None
+
+
 # ---------------------------------------------------------------------------------------------
 # Profile-term estimates (vLLM measures these; kvscope models them)
 
@@ -392,5 +419,5 @@ __all__ = [
     "Estimate", "AvailableKV", "KVCapacity", "ModelKV", "WorkerKV", "activation_peak_estimate",
     "available_kv_cache_bytes", "cache_layout", "capacity_from_available", "cudagraph_estimate",
     "get_pp_indices", "kv_dtype_bytes", "mamba_blocks_check", "model_kv", "non_torch_estimate",
-    "request_memory_error", "requested_memory_bytes", "scheduler_view", "MiB",
+    "request_memory", "request_memory_error", "requested_memory_bytes", "scheduler_view", "MiB",
 ]
