@@ -69,7 +69,7 @@ TRIGGER_ANCHORS = (
     b"CUDA graph", b"max seq len", b"To serve", b"uto-fit", b"non-default", b"LLM engine", b"startup complete",
     b"kv_cache_tokens", b"num_gpu_blocks", b"platform", b"block size", b"Preemption", b"Init ", b"model weights take",
     b"cuda graph", b"failed to start", b"to load model", b"Cudagraph is", b"died, exit code", b"device_name=",
-    b"page_size from", b"Capturing ", b"num tokens (",
+    b"page_size from", b"Capturing ", b"num tokens (", b"on startup.",
 )
 MEMORYISH_ANCHORS = (b"mem", b"Mem", b"MEM", b"GiB", b"GB", b"KV", b"OOM", b"graph", b"Error", b"ERROR", b"WARN",
                      b"Traceback", b"page", b"gpu_memory")

@@ -162,6 +162,11 @@ EXPECT: dict[str, dict] = {
     "vllm-13061-v0-r1-distill-14b-2x4090": dict(
         engine="vllm", starts=False, tokens=None, weights_gib=13.9476, codes=["kv-sizing-failed"], version_range="<0.11.0",
         error="(81536)", fix=[("max_model_len", 81536)], message="max_model_len 131,072 needs more than the 81,536 tokens"),
+    "vllm-club3090-1087-2x5090-startup-summary": dict(
+        engine="vllm", starts=True, kv_gib=12.26, codes=[], checks={"TP0 requested memory": 28.89},
+        extra={"gpu_memory_utilization": 0.92}, decision={"init_free_bytes": gib(30.27), "cuda_graph_bytes": gib(0.09)}),
+    "vllm-17469-v085-qwen3-tp4-compose-rank": dict(
+        engine="vllm", starts=None, weights_gib=14.2474, codes=["log-truncated"], version_range="<0.14.0"),
     "vllm-12569-v1-070-llama70b-w8a8": dict(
         engine="vllm", starts=True, tokens=1381 * 16, weights_gib=67.7229, codes=[], version_range="<0.11.0",
         model="neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8", checks={"maximum concurrency": 10.79},
@@ -337,6 +342,17 @@ def test_vllm_out_of_order_paste_is_not_a_restart():
     r = report_for("vllm-club3090-612-v0240-out-of-order")
     assert r.flags["kv_cache_dtype"] == "fp8" and r.flag_sources["max_model_len"] == "non-default args"
     assert "multiple-starts" not in codes(r) and r.timeline.kv_cache_tokens == 567978
+
+
+def test_vllm_worker_rank_prefixes_and_startup_summary():
+    r = report_for("vllm-17469-v085-qwen3-tp4-compose-rank")
+    assert [x.decision["rank_label"] for x in r.timeline.ranks] == ["rank0", "rank1", "rank2", "rank3"]
+    assert "  ranks 0-3 [rank0-3 identical]" in render_text(r)
+    r = report_for("vllm-club3090-1087-2x5090-startup-summary")
+    tp1 = phases(r, 1)
+    assert tp1["init"][1] == gib(30.5)
+    assert tp1["load_weights"] == (gib(30.5), gib(30.5) - gib(15.05))  # consumed (weights + non-torch)
+    assert r.stats.unparsed == 0
 
 
 def test_vllm_v0_blocks_without_the_hash():

@@ -49,7 +49,7 @@ TRIGGER_RE = re.compile(
     r"the current vLLM instance can use|model weights take|Initial free memory|"
     r"Available KV cache memory|KV cache size: |Maximum concurrency for|(?:GPU|cuda|CUDA|rocm|ROCm|xpu|XPU|npu|NPU|hpu|HPU|tpu|TPU) blocks: |num_gpu_blocks is: |"
     r"EngineCore failed to start|Starting to load model|Cudagraph is disabled|Capturing CUDA graphs \(|died, exit code|"
-    r"device_name=|"
+    r"device_name=|on startup\. Desired GPU memory utilization|"
     r"Estimated CUDA graph memory|Graph capturing finished|CUDA graph pool memory|"
     r"CUDA graph memory profiling is|max seq len|To serve at least one request|"
     r"No available memory for the cache blocks|on startup is less than desired GPU memory utilization|"
@@ -80,6 +80,19 @@ RE_CONCURRENCY = re.compile(r"Maximum concurrency for " + INT + r" tokens per re
 # "# GPU blocks: N, # CPU blocks: M" (V0), "# GPU blocks: N" (V1 ≤0.7); users' copies drop the "# "
 RE_BLOCKS = re.compile(r"(?:# )?(?:GPU|cuda|CUDA|rocm|ROCm|xpu|XPU|npu|NPU|hpu|HPU|tpu|TPU) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
 RE_FINAL_BLOCKS = re.compile(r"num_gpu_blocks is: (\d+)")
+# newer V1 workers (gpu_worker.py, mid-2026 releases) print one summary instead of the error when the
+# free memory suffices: "Free memory on device (30.27/31.4 GiB) on startup. Desired GPU memory utilization
+# is (0.92, 28.88 GiB). Actual usage is 15.03 GiB for consumed memory (weights + non-torch), 1.59 GiB for
+# peak activation, and 0.09 GiB for CUDAGraph memory. Replace … `--kv-cache-memory=N` (X GiB) to fit into
+# requested memory, or `--kv-cache-memory=M` (Y GiB) to fully utilize gpu memory. Current kv cache memory
+# in use is Z GiB."
+RE_STARTUP_SUMMARY = re.compile(
+    r"Free memory on device(?: [\w:]+)? \(" + NUM + "/" + NUM + r" GiB\) on startup\. Desired GPU memory "
+    r"utilization is \(" + NUM + ", " + NUM + r" GiB\)\. Actual usage is " + NUM + r" GiB for consumed memory"
+    r"[^,]*, " + NUM + r" GiB for peak activation, and " + NUM + r" GiB for CUDAGraph memory"
+    r"(?:.*?--kv-cache-memory=(\d+)` \(" + NUM + r" GiB\) to fit into requested memory)?"
+    r"(?:.*?--kv-cache-memory=(\d+)` \(" + NUM + r" GiB\) to fully utilize)?"
+    r"(?:.*?kv cache memory in use is " + NUM + r" GiB)?")
 RE_LOADING_MODEL = re.compile(r"Starting to load model (\S+?)\.{0,3}\s*$")
 RE_CG_ESTIMATE = re.compile(r"Estimated CUDA graph memory: " + NUM + r"\s*GiB")
 RE_CG_TOOK = re.compile(r"Graph capturing finished in " + NUM + r" secs?, took " + NUM + r"\s*GiB")
@@ -148,6 +161,8 @@ class VllmWorker:
     cuda_graph_estimate_gib: Figure | None = None
     cuda_graph_gib: Figure | None = None
     cuda_graph_pool_actual_gib: Figure | None = None
+    consumed_gib: Figure | None = None  # "consumed memory (weights + non-torch)" of the startup summary
+    kv_fit_bytes: int | None = None  # the summary's --kv-cache-memory that fits the requested memory
     v0_profile: dict[str, float] = field(default_factory=dict)
     v0_profile_evidence: str | None = None
 
@@ -236,8 +251,11 @@ class VllmLogParser:
         else:
             name, pid = m.group(1), m.group(2)
             tags = TAG_RE.findall(name)
+            rank = re.search(r"rank=(\d+)", name)
             if any(t == "TP" for t, _ in tags):
                 label = " ".join(f"{t}{n}" for t, n in tags)
+            elif rank:
+                label = f"rank{rank.group(1)}"  # "(VllmWorker rank=3 pid=…)": the worker's global rank
             elif name.startswith("EngineCore") or name in ("APIServer", "MainProcess"):
                 label = ""  # the engine core runs the (only) worker in-process at TP1
             else:
@@ -359,6 +377,25 @@ class VllmLogParser:
         if key == "Capturing CUDA graphs (":
             m = re.search(r"Capturing CUDA graphs \(([^)]*)\)", line)
             self._event("cuda_graph_capture", {"mode": m.group(1) if m else ""}, ev)
+            return True
+        if key == "on startup. Desired GPU memory utilization":
+            m = RE_STARTUP_SUMMARY.search(line)
+            if not m:
+                return False
+            free, total, util, req, consumed, peak, cg, fit_b, _fit_g, _full_b, _full_g, in_use = m.groups()
+            w = self._worker(line, pos)
+            lg.version_markers.add("startup_summary")
+            w.initial_free_gib = Figure(float(free), ev)
+            w.total_gpu_gib = Figure(float(total), ev)
+            w.requested_util = float(util)
+            w.requested_gib = Figure(float(req), ev)
+            w.consumed_gib = Figure(float(consumed), ev)
+            w.torch_peak_increase_gib = Figure(float(peak), ev)
+            w.cuda_graph_gib = Figure(float(cg), ev)
+            w.kv_fit_bytes = int(fit_b) if fit_b else None
+            if in_use is not None:
+                w.available_kv_gib = Figure(float(in_use), ev)
+            self._saw_figures = True
             return True
         if key == "device_name=":
             from ..sglang.logs import RE_DEVICE_NAME
@@ -642,6 +679,8 @@ def worker_profile(w: VllmWorker) -> dict[str, float]:
             out["available_kv_gib"] = p["kv_cache_size"]
         if "gpu_memory_utilization" in p:
             out["util"] = p["gpu_memory_utilization"]
+    if w.consumed_gib is not None:
+        out["consumed_gib"] = w.consumed_gib.value
     for name in ("weights_gib", "initial_free_gib", "requested_gib", "total_gpu_gib", "non_kv_gib",
                  "torch_peak_increase_gib", "non_torch_increase_gib", "available_kv_gib", "cuda_graph_estimate_gib",
                  "cuda_graph_gib"):
@@ -685,11 +724,18 @@ def rank_timelines(log: VllmLog) -> list:
                                 note="after = before − torch-allocated weights" if free is not None else
                                 f"torch-allocated weights {p['weights_gib']:g} GiB (free memory not printed)"))
             free = after
+        elif "consumed_gib" in p:
+            after = None if free is None else free - gib_to_bytes(p["consumed_gib"])
+            phases.append(Phase(PHASE_LOAD_WEIGHTS, free, after,
+                                note="after = before − consumed memory (weights + non-torch, startup summary)"))
+            free = after
         prof_used = None
         if "non_kv_gib" in p and "weights_gib" in p:
             prof_used = gib_to_bytes(p["non_kv_gib"] - p["weights_gib"])
         elif "torch_peak_increase_gib" in p and "non_torch_increase_gib" in p:
             prof_used = gib_to_bytes(p["torch_peak_increase_gib"] + p["non_torch_increase_gib"])
+        elif "consumed_gib" in p and "torch_peak_increase_gib" in p:
+            prof_used = gib_to_bytes(p["torch_peak_increase_gib"])  # non-torch is inside "consumed"
         if prof_used is not None:
             phases.append(Phase(PHASE_PROFILE, free, None if free is None else free - prof_used,
                                 note="activation peak + non-torch increase (reserved, not held)" + (
