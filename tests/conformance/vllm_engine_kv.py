@@ -22,8 +22,10 @@ the case does not provide raises (``_Strict``) instead of defaulting silently.
 
 The specs are built the way the attention / mamba layers' ``get_kv_cache_spec`` build them (one
 spec per decoder layer, named ``model.layers.<i>.<kind>``), from the case's engine-vocabulary
-inputs. Config-time inputs (the hybrid attention block size and mamba page padding, the
-``mamba_cache_mode``) are given by the case, not recomputed here.
+inputs. The hybrid attention block size and mamba page padding come from the release's own
+``HybridAttentionMambaModelConfig.verify_and_update_config`` (<= 0.19) /
+``Platform._align_hybrid_block_size`` (0.20.2+), run by :func:`hybrid_alignment`; the
+``mamba_cache_mode`` is a case input.
 """
 from __future__ import annotations
 
