@@ -214,6 +214,32 @@ def custom_allreduce_forced(an: "Analysis", log: Any, flags: dict, world: int | 
 # SGLang
 # ---------------------------------------------------------------------------------------------
 
+def aiter_fraction_factors(flags: dict, flag_source: dict, context_len: int | None,
+                           version: str | None) -> tuple[float, ...]:
+    """The factors SGLang may have applied to the mem_fraction_static the log shows (1.0 = none).
+
+    ``attention_backend == "aiter"`` and ``context_len > 8192``: x0.85, applied to the user's value
+    too (kvscope/engines/sglang/backend.py: model_runner.py @ v0.4.8.post1-v0.5.3, after the
+    ServerArgs dump; server_args.py @ v0.5.6+, before it, so a dumped value already includes it).
+    Absent @ v0.4.6.post5. When the version or context is not known both readings are allowed."""
+    from packaging.version import InvalidVersion, Version
+
+    if str(flags.get("attention_backend")) != "aiter" or (context_len is not None and context_len <= 8192):
+        return (1.0,)
+    try:
+        v = Version(version) if version else None
+    except InvalidVersion:
+        v = None
+    if v is not None and v < Version("0.4.8"):
+        return (1.0,)
+    if context_len is None:
+        return (1.0, 0.85)
+    dumped_after = flag_source.get("mem_fraction_static") == "server_args" and (v is None or v >= Version("0.5.4"))
+    if dumped_after:
+        return (1.0,) if v is not None else (1.0, 0.85)
+    return (0.85,)
+
+
 def analyze_sglang(log: Any, cell_bytes: int | None = None, version: str | None = None) -> Analysis:  # noqa: C901
     """Findings and checks for one SGLang start. ``cell_bytes``: exact KV bytes per token when the
     model is known (from the model catalog), else the doctor estimates it from the printed sizes.
@@ -282,6 +308,14 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None, version: str | None 
                 an.extra[k if k != "available_gpu_mem" else "available_gpu_mem_bytes"] = (
                     gib_to_bytes(summary[k]) if k == "available_gpu_mem" else int(summary[k]))
 
+    ctx_len = as_int(summary.get("context_len")) if summary else None
+    ctx_len = ctx_len or as_int(flags.get("context_length"))
+    factors = aiter_fraction_factors(flags, flag_source, ctx_len, version)
+    if factors != (1.0,):
+        an.extra["aiter_fraction_factor"] = 0.85
+        if mfs is not None and factors == (0.85,):
+            an.extra["mem_fraction_static_effective_expected"] = round(mfs * 0.85, 4)
+
     # --- failure at KV sizing ---------------------------------------------------------------
     fail_events = [e for k in ("no_kv_memory", "not_enough_memory") for e in log.events.get(k, [])]
     capped = log.events.get("max_total_tokens_capped", [])
@@ -306,6 +340,10 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None, version: str | None 
             an.extra["mem_fraction_static"] = used_mfs
             an.extra["mem_fraction_static_source"] = "error message"
         if pre is not None and post is not None and used_mfs is not None:
+            if factors == (0.85,) and mfs is not None:
+                parts.append(f"; attention_backend=aiter with context_len {ctx_len} > 8192: SGLang ran with "
+                             f"{mfs:g} × 0.85 = {mfs * 0.85:.4g}")
+                used_mfs = round(mfs * 0.85, 6)
             slack = pre * (1 - used_mfs)
             if post - mm <= slack:
                 parts.append(f"; post-load free {post:.2f} GiB ≤ slack {pre:.2f} × (1 − {used_mfs:g}) = {slack:.2f} GiB")
@@ -327,13 +365,18 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None, version: str | None 
             if minimum >= 1.0:
                 fix = "the weights leave no memory at any fraction: use more GPUs (larger --tp) or a smaller / quantized checkpoint"
             else:
-                target_mfs = ceil_to(minimum + 0.02, 0.01)
+                target_mfs = ceil_to((minimum + 0.02) / (0.85 if factors == (0.85,) else 1.0), 0.01)
                 fix = (f"minimum viable mem_fraction_static is {minimum:.4f} (1 − post_load_free/pre_model_load_memory"
                        f"{'' if msg_min is not None else f' = 1 − {post:.2f}/{pre:.2f}'}); pass --mem-fraction-static "
                        f"{min(target_mfs, 0.99):.2f} or higher")
                 if cell_est and pre is not None:
                     fix += (f"; each +0.01 buys ≈ {0.01 * pre:.2f} GiB ≈ {int(0.01 * pre * GiB // cell_est):,} tokens")
-                if str(flags.get("attention_backend")) == "aiter":
+                if factors == (0.85,):
+                    fix += ("; the flag value is divided by 0.85 because SGLang multiplies it by 0.85 for "
+                            "attention_backend=aiter at this context length (or pass --attention-backend triton)")
+                    if target_mfs > 0.99:
+                        fix += f" — {target_mfs:.2f} is above 0.99, so switch the backend or add GPUs"
+                elif str(flags.get("attention_backend")) == "aiter":
                     fix += "; note: with attention_backend=aiter and context > 8192 SGLang multiplies the fraction by 0.85"
                 an.fix.append(("mem_fraction_static", min(target_mfs, 0.99), "smallest fraction that leaves a positive KV budget (+0.02 margin)"))
         evidence = ev_all + [e for e in (pre_ev, post_ev) if e]
@@ -351,7 +394,13 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None, version: str | None 
         only_local = len(pre_by_rank) < (tp or 1) or (tp is None and len(pre_by_rank) == 1)
         if mfs is not None:
             slack_tol = 0.002
-            agrees = lo - slack_tol <= mfs <= hi + slack_tol
+            expected = [round(mfs * f, 6) for f in factors]
+            agrees = any(lo - slack_tol <= x <= hi + slack_tol for x in expected)
+            if agrees and 0.85 in factors and not lo - slack_tol <= mfs <= hi + slack_tol:
+                an.add(EFFECTIVE_FRACTION, INFO,
+                       f"the printed KV size implies mem_fraction_static ≈ {eff:.3f}: {mfs:g} × 0.85, the factor SGLang "
+                       f"applies for attention_backend=aiter with context_len {ctx_len or '> 8192'}",
+                       [e for e in (pre_ev, post_ev, kv_obs.tokens.evidence) if e], None)
             src = flag_source.get("mem_fraction_static")
             src_ev = log.server_args_evidence if src == "server_args" else log.launch_evidence
             an.check("effective mem_fraction_static", mfs, round(eff, 4), agrees,
