@@ -172,21 +172,36 @@ def test_available_kv_cache_memory(version, multiplier):
     assert not bad, _report(version, "available KV cache memory", bad, n)
 
 
+FLAG_PROBES = {
+    # flag -> (engine member, text that exists iff the flag does, VllmFlags kwargs)
+    "--kv-cache-memory-bytes": ("vllm/config/cache.py", "kv_cache_memory_bytes", {"kv_cache_memory_bytes": 10 * GiB}),
+    "--performance-mode": ("vllm/engine/arg_utils.py", "performance_mode", {"performance_mode": "throughput"}),
+    "--max-model-len -1": (None, "max_model_len == -1", {"max_model_len": -1}),  # _get_and_verify_max_len
+}
+
+
 @pytest.mark.parametrize("version", version_params())
-def test_kv_cache_memory_bytes_flag_exists(version):
-    """``--kv-cache-memory-bytes`` exists only where CacheConfig has the field (v0.11.0+)."""
-    require_source("vllm", version, ("vllm/config/cache.py",))
+def test_flags_exist(version):
+    """kvscope accepts a version-gated flag exactly where the release has it (``CacheConfig``
+    field, ``EngineArgs`` field; ``-1`` auto-fit arrived with ``request_memory`` in 0.14)."""
+    model_m = [m for m in maxlen_members(version) if m.startswith("vllm/config/")][0]
+    require_source("vllm", version, ("vllm/config/cache.py", "vllm/engine/arg_utils.py", model_m))
     eng = VllmMem(version)
-    has_flag = "kv_cache_memory_bytes" in eng.text("vllm/config/cache.py")
-    flags = args_mod.VllmFlags(kv_cache_memory_bytes=10 * GiB)
-    try:
-        _resolve(flags, version, model_max_len=4096, gpu_total=80 * GiB, gpu_name="NVIDIA H100 80GB HBM3")
-        accepted = True
-    except errors.FlagError:
-        accepted = False
-    count_cases("vllm", version, "--kv-cache-memory-bytes exists", 1)
-    assert accepted == has_flag, f"vllm {version}: CacheConfig.kv_cache_memory_bytes present={has_flag}, " \
-                                 f"kvscope accepts the flag={accepted}"
+    bad = []
+    for flag, (member, probe, kw) in FLAG_PROBES.items():
+        member = member or model_m
+        has = probe in eng.text(member)
+        try:
+            _resolve(args_mod.VllmFlags(**kw), version, model_max_len=4096, gpu_total=80 * GiB,
+                     gpu_name="NVIDIA H100 80GB HBM3")
+            accepted = True
+        except errors.FlagError:
+            accepted = False
+        if accepted != has:
+            bad.append((flag, has, accepted))
+    count_cases("vllm", version, "version-gated flags exist (kv-cache-memory-bytes, performance-mode, -1)",
+                len(FLAG_PROBES))
+    assert not bad, f"vllm {version}: (flag, in the release, kvscope accepts): {bad}"
 
 
 @pytest.mark.parametrize("version", version_params())
@@ -270,6 +285,7 @@ def gen_batch(rng: random.Random):
         enable_chunked_prefill=rng.choice([None, None, True, False]),
         max_model_len=rng.choice([1, 16, 512, 2048, 4096, 8192, 32768, 131072, rng.randint(1, 300000)]),
         is_hybrid=rng.random() < 0.2,
+        performance_mode=rng.choice(["balanced", "balanced", "throughput", "interactivity"]),
     )
 
 
@@ -288,10 +304,13 @@ def test_batch_defaults(version, multiplier):
     compare_prefix = eng.prefix_caching_decided_in_engine_args()
     for rng in cases.rngs(seed=71, n=n):
         b = gen_batch(rng)
+        if not compare_prefix:
+            b["performance_mode"] = "balanced"  # no --performance-mode before 0.19
         theirs = eng.batch_defaults(**b)
         flags = args_mod.VllmFlags(max_num_batched_tokens=b["max_num_batched_tokens"],
                                    max_num_seqs=b["max_num_seqs"], enable_chunked_prefill=b["enable_chunked_prefill"],
-                                   api_server=b["api_server"], max_model_len=b["max_model_len"])
+                                   api_server=b["api_server"], max_model_len=b["max_model_len"],
+                                   performance_mode=b["performance_mode"])
         try:
             a = _resolve(flags, version, model_max_len=b["max_model_len"], gpu_total=b["gpu_total"],
                          gpu_name=b["gpu_name"], sm=_sm(b["capability"]), is_hybrid=b["is_hybrid"])
@@ -301,7 +320,8 @@ def test_batch_defaults(version, multiplier):
         want = (theirs[0], theirs[1], theirs[3] if compare_prefix else None)
         if ours != want:
             bad.append((b, ours, want))
-    count_cases("vllm", version, "EngineArgs defaults: max_num_batched_tokens / max_num_seqs"
+    count_cases("vllm", version, "EngineArgs defaults: max_num_batched_tokens / max_num_seqs (usage context, "
+                                 "GPU tier, chunked prefill, performance mode)"
                 + (" / enable_prefix_caching" if compare_prefix else ""), n)
     assert not bad, _report(version, "batch defaults (mnbt, seqs, prefix)", bad, n)
 

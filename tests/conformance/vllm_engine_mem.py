@@ -525,7 +525,7 @@ class VllmMem:
     def batch_defaults(self, *, gpu_total: int, gpu_name: str, capability: Tuple[int, int], api_server: bool,
                        max_num_batched_tokens: Optional[int], max_num_seqs: Optional[int],
                        enable_chunked_prefill: Optional[bool], max_model_len: int, tp: int = 1, pp: int = 1,
-                       is_hybrid: bool = False) -> Tuple[int, int, bool, Optional[bool]]:
+                       is_hybrid: bool = False, performance_mode: str = "balanced") -> Tuple[int, int, bool, Optional[bool]]:
         """(max_num_batched_tokens, max_num_seqs, enable_chunked_prefill, enable_prefix_caching)
         after EngineArgs' defaults for a generate (non-pooling) model."""
         m = "vllm/engine/arg_utils.py"
@@ -541,7 +541,7 @@ class VllmMem:
         attrs = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                      enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=None,
                      enable_prompt_embeds=False, scheduler_cls="default", tensor_parallel_size=tp,
-                     pipeline_parallel_size=pp, performance_mode="balanced")
+                     pipeline_parallel_size=pp, performance_mode=performance_mode)
         if self.prefix_caching_decided_in_engine_args():
             model_config = self._model_config(max_model_len, is_hybrid)
             names = ["EngineArgs.get_batch_defaults", "EngineArgs._set_default_chunked_prefill_and_prefix_caching_args",

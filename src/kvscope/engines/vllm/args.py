@@ -138,6 +138,7 @@ class VllmFlags:
     enable_chunked_prefill: bool | None = None
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     api_server: bool = True  # UsageContext.OPENAI_API_SERVER (vllm serve) vs LLM class
+    performance_mode: str = "balanced"  # --performance-mode (v0.19+): "throughput" doubles the defaults
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,13 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
     # _get_and_verify_max_len (vllm/config/model.py @ v0.11.0 … v0.33.0)
     mml = verify_max_model_len(mml, derived, traits, flags.allow_long_max_model_len)
     mnbt_default, seqs_default = batch_defaults(gpu_memory_bytes, gpu_name, traits, flags.api_server, gpu_sm)
+    if flags.performance_mode != "balanced" and not traits.batch_defaults_v2:
+        raise FlagError(f"--performance-mode does not exist in vLLM {traits.version} (v0.19+)",
+                        field="--performance-mode", fix="drop it, or use vLLM >= 0.19")
+    if flags.performance_mode == "throughput":
+        # _set_default_max_num_seqs_and_batched_tokens_args (arg_utils.py @ v0.19.1 … v0.33.0):
+        # unset max_num_batched_tokens / max_num_seqs defaults are doubled
+        mnbt_default, seqs_default = 2 * mnbt_default, 2 * seqs_default
     seqs = flags.max_num_seqs if flags.max_num_seqs is not None else seqs_default
     if flags.max_num_batched_tokens is not None:
         mnbt = flags.max_num_batched_tokens
