@@ -240,6 +240,32 @@ def aiter_fraction_factors(flags: dict, flag_source: dict, context_len: int | No
     return (0.85,)
 
 
+DSA_CLASSES = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")
+# Before 0.5.18 SGLang budgets a DSA token at the 576-wide MLA row but, with fp8_e4m3 KV, allocates
+# the 656-byte packed fp8 row (get_cell_size_per_token @ v0.5.9; _compute_cell_size @ v0.5.13;
+# NSATokenToKVPool buffers): DeepSeek-V3.2 / GLM-5 (kv_lora 512 + rope 64, indexer 128 + 4 scale B).
+DSA_BUDGET_ROW, DSA_BUFFER_ROW, DSA_INDEXER_ROW = 576, 656, 132
+
+
+def dsa_fp8_overallocation(log: Any, flags: dict, version: str | None) -> float | None:
+    """budget / allocated bytes per token for a DSA model with fp8 KV before 0.5.18, else None."""
+    from packaging.version import InvalidVersion, Version
+
+    classes = {ld.model_class for r in log.ranks.values() for ld in r.loads if ld.model_class}
+    if not classes & set(DSA_CLASSES):
+        return None
+    kv = str(flags.get("kv_cache_dtype") or "")
+    dtypes = {a.dtype for r in log.ranks.values() for a in r.kv_allocs if a.dtype}
+    if "fp8_e4m3" not in kv and not any("float8_e4m3fn" in str(d) for d in dtypes):
+        return None
+    try:
+        if version and Version(version) >= Version("0.5.18"):
+            return None
+    except InvalidVersion:
+        pass
+    return (DSA_BUDGET_ROW + DSA_INDEXER_ROW) / (DSA_BUFFER_ROW + DSA_INDEXER_ROW)
+
+
 def analyze_sglang(log: Any, cell_bytes: int | None = None, version: str | None = None) -> Analysis:  # noqa: C901
     """Findings and checks for one SGLang start. ``cell_bytes``: exact KV bytes per token when the
     model is known (from the model catalog), else the doctor estimates it from the printed sizes.
@@ -385,6 +411,18 @@ def analyze_sglang(log: Any, cell_bytes: int | None = None, version: str | None 
         an.starts = True  # the KV pool was allocated (or its summary printed): sizing succeeded
 
     # --- effective fraction ------------------------------------------------------------------
+    dsa_ratio = dsa_fp8_overallocation(log, flags, version)
+    if not failed and pre is not None and post is not None and kv_gib is not None and pre > 0 and dsa_ratio:
+        budget_gib = round(kv_gib * dsa_ratio, 2)
+        an.extra["dsa_fp8_budgeted_kv_gib"] = budget_gib
+        an.add(EFFECTIVE_FRACTION, INFO,
+               f"DSA model with fp8_e4m3 KV before SGLang 0.5.18: the budget prices a token at the "
+               f"{DSA_BUDGET_ROW}-wide latent row + {DSA_INDEXER_ROW} B indexer, but the pool allocates the "
+               f"{DSA_BUFFER_ROW}-byte fp8 row, so the printed {kv_gib:.2f} GiB is {1 / dsa_ratio:.3f}× the "
+               f"{budget_gib:.2f} GiB the formula budgeted; the extra {kv_gib - budget_gib:.2f} GiB comes out of the "
+               "slack meant for activations and graphs (0.5.18 prices the 656-byte row)",
+               [kv_obs.tokens.evidence] if kv_obs else [], None)
+        kv_gib = budget_gib
     if not failed and pre is not None and post is not None and kv_gib is not None and pre > 0:
         eff = effective_mem_fraction_static(pre, post, kv_gib, mm)
         lo, hi = effective_fraction_bounds(pre, post, kv_gib, kv_terms, mm)

@@ -43,8 +43,7 @@ def test_engine_detected_and_no_check_disagrees_unexpectedly(cases, case_id):
     r = diagnose_text(case["log_excerpt"])
     assert r.timeline.engine == case["engine"]
     assert r.timeline.source == "log"
-    expected_disagreements = {"sgl-glm5-fp8-8xmi355x-kvfp8": {"effective mem_fraction_static"},
-                              "lld-vllm-gptoss20b-h100-tp2": {"maximum concurrency"}}.get(case_id, set())
+    expected_disagreements = {"lld-vllm-gptoss20b-h100-tp2": {"maximum concurrency"}}.get(case_id, set())
     assert {c.name for c in r.checks if not c.agrees} == expected_disagreements
 
 
@@ -124,18 +123,21 @@ def test_sglang_kimi_k25_mi355x(cases):
     assert codes(r) == ["effective-fraction"]
 
 
-def test_sglang_glm5_dsa_kv_exceeds_rule(cases):
+def test_sglang_glm5_dsa_fp8_allocates_more_than_it_budgets(cases):
+    """SGLang < 0.5.18 budgets a DSA token at (576 + 132) B x 78 layers but allocates 656-byte fp8 rows
+    (the conformance suite runs get_cell_size_per_token @ v0.5.9 / _compute_cell_size @ v0.5.13):
+    the printed 186.77 GiB is 788/708 of the budget, which follows the 0.908 in the ServerArgs dump."""
     r = diagnose_text(cases["sgl-glm5-fp8-8xmi355x-kvfp8"]["log_excerpt"])
     tl = r.timeline
     assert tl.extra["mem_fraction_static"] == 0.908 and tl.extra["mem_fraction_static_source"] == "server_args"
     assert r.flags["kv_cache_dtype"] == "fp8_e4m3" and r.flags["tp_size"] == 8
     assert tl.kv_cache_tokens == 3262823
-    assert tl.extra["effective_mem_fraction_static"] == 0.9748
-    assert codes(r) == ["effective-fraction-mismatch", "unparsed-lines"]
-    f = next(f for f in r.findings if f.code == "effective-fraction-mismatch")
-    # the classic rule at 0.908 allows 193.92 − 283.50 × 0.092 = 167.84 GiB, not 186.77
-    assert "167.84 GiB" in f.message and "not 0.908" in f.message
-    assert any("server_args=ServerArgs" in e for e in f.evidence)
+    # 186.77 x 708/788 = 167.81 GiB budgeted; 1 − (193.92 − 167.81)/283.50 = 0.9079
+    assert tl.extra["dsa_fp8_budgeted_kv_gib"] == 167.81
+    assert tl.extra["effective_mem_fraction_static"] == 0.9079
+    assert codes(r) == ["effective-fraction", "unparsed-lines"]
+    f = next(f for f in r.findings if f.code == "effective-fraction")
+    assert "656-byte fp8 row" in f.message and "18.96 GiB" in f.message
     assert r.stats.unparsed == 2  # the two DSA warnings are listed, not dropped
     assert "DSA with TP mode" in r.unparsed_samples[0]
 
