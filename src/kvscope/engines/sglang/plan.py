@@ -179,7 +179,7 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
         cell = mem.cell_size(spec, v, attn_tp=attn_tp, kv_bytes=kv_bytes, kv_flag=a.kv_cache_dtype.lower(),
                              layer_ids=range(lo, hi), draft_layers=draft_layers if stage == a.pp_size - 1 else 0,
                              draft_in_budget=draft_first, attention_backends=(backend.name, backend.name),
-                             sm100=gpu.sm == "sm100")
+                             sm100=gpu.sm in ("sm100", "sm103"))
         cells.append(cell)
         p, c = mem.profile(v, pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, mem_fraction_static=mfs,
                            cell_bytes=cell.cell_bytes if not swa_pool else
