@@ -128,3 +128,17 @@ def test_origin_effective_fraction_for_10_4_gib():
     t = _tokens("moonshotai/Kimi-K2.5", "rtx-pro-6000", "0.5.9", 0.88, 94, 21.7, 8)
     assert t.starts
     assert round(t.kv_cache_bytes / GiB, 1) == 10.4
+
+
+def test_pool_phase_includes_torch_allocator_rounding():
+    """xorbitsai/inference#3481 (tests/doctor/real_logs): Qwen3-14B, 47.24 GiB before load, 19.67 after,
+    'Memory pool end. avail mem=5.27 GB' after 91,749 tokens (K 7.00 + V 7.00 GB). Each of the 80 per-layer
+    K/V buffers ((91758+1) x 8 heads x 128 x 2 B = 187,922,432 B) is a >= 10 MiB allocation that torch's
+    caching allocator rounds up to 2 MiB: 90 x 2 MiB = 188,743,680 B each."""
+    spec = load_spec("Qwen/Qwen3-14B")[0]
+    t = plan_sglang(spec, get_gpu(None, 49140), SGLangArgs(), "0.4.6.post5",
+                    measured=Measured(pre_load_free_bytes=(int(47.24 * GiB),), post_load_free_bytes=(int(19.67 * GiB),)))
+    assert t.kv_cache_tokens == 91758  # printed 91,749: within the 2-decimal rounding of the inputs
+    kv = next(p for p in t.ranks[0].phases if p.name == "kv_cache")
+    assert kv.free_bytes_before - kv.free_bytes_after == 80 * 188_743_680
+    assert t.kv_cache_bytes == (91758 + 1) * 163840  # the printed K+V size stays unrounded

@@ -874,6 +874,31 @@ def kv_buffer_bytes(tokens: int, page_size: int, per_token_bytes: int) -> int:
     return (tokens + page_size) * per_token_bytes
 
 
+# c10/cuda/CUDACachingAllocator.cpp: kMinLargeAlloc = 10 MiB, kRoundLarge = 2 MiB. A request of at
+# least 10 MiB gets its own segment rounded up to 2 MiB; what torch.cuda.mem_get_info sees.
+TORCH_MIN_LARGE_ALLOC = 10 << 20
+TORCH_ROUND_LARGE = 2 << 20
+
+
+def torch_segment_bytes(nbytes: int) -> int:
+    """Device bytes the caching allocator reserves for one large tensor (>= 10 MiB): rounded up to
+    2 MiB. Smaller tensors share 2 / 20 MiB segments and are returned unchanged here."""
+    if nbytes < TORCH_MIN_LARGE_ALLOC:
+        return nbytes
+    return -(-nbytes // TORCH_ROUND_LARGE) * TORCH_ROUND_LARGE
+
+
+def kv_buffers_reserved_bytes(tokens: int, page_size: int, per_token_bytes: int, num_buffers: int) -> int:
+    """Reserved device bytes of ``num_buffers`` equal per-layer KV buffers (MHA: K and V per layer,
+    MLA: one per layer), each ``(tokens + page) x per_token_bytes / num_buffers`` rounded by the
+    allocator. The printed K/V sizes are the unrounded ``kv_buffer_bytes``; "Memory pool end. avail
+    mem" drops by the rounded figure (about num_buffers x 1 MiB more)."""
+    if num_buffers <= 0 or per_token_bytes % num_buffers:
+        return kv_buffer_bytes(tokens, page_size, per_token_bytes)
+    one = kv_buffer_bytes(tokens, page_size, per_token_bytes // num_buffers)
+    return torch_segment_bytes(one) * num_buffers
+
+
 def tokens_per_fraction_step(pre_model_load_gib: float, cell_bytes: int, step: float = 0.01) -> int:
     """KV tokens one ``step`` of mem_fraction_static buys: pre × step GiB / cell."""
     return int(pre_model_load_gib * step * (1 << 30)) // cell_bytes if cell_bytes else 0

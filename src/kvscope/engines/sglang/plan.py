@@ -261,6 +261,13 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                     + mem.kv_buffer_bytes(swa_tokens, page, cell_worst.swa_layer_bytes * cell_worst.num_swa_layers))
     else:
         kv_alloc = mem.kv_buffer_bytes(tokens, page, target_cell) if starts else 0
+    # what the pool takes from free memory: per-layer buffers rounded by torch's caching allocator
+    # (uniform, non-hybrid, non-DSA pools only; else the printed size)
+    kv_reserved = kv_alloc
+    if starts and swa_tokens is None and carve is None and not spec.has_dsa_indexer and spec.dsv4 is None \
+            and target_cell == cell_worst.full_layer_bytes * cell_worst.num_full_layers:
+        n_buf = cell_worst.num_full_layers * (1 if spec.is_mla else 2)
+        kv_reserved = mem.kv_buffers_reserved_bytes(tokens, page, target_cell, n_buf)
     per_layer = cell_worst.full_layer_bytes
     draft_kv = mem.kv_buffer_bytes(tokens, page, per_layer * draft_layers) if starts and draft_layers else 0
     mamba_bytes = ((carve.max_mamba_cache_size + (1 if at_least(v, "0.5.18") else 0)) * carve.per_req_bytes
@@ -320,9 +327,12 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
                             note="rest = available - pre x (1 - mfs)" + (" - mm" if mm_gib else "")))
         free = p_post
         if starts:
-            phases.append(Phase(PHASE_KV_ALLOC, free, free - kv_alloc - draft_kv - mamba_bytes, estimated=not post_measured,
-                                note=f"{tokens} tokens x {cell_worst.cell_bytes} B (+1 page)"))
-            free -= kv_alloc + draft_kv + mamba_bytes
+            rounding = kv_reserved - kv_alloc
+            phases.append(Phase(PHASE_KV_ALLOC, free, free - kv_reserved - draft_kv - mamba_bytes,
+                                estimated=not post_measured,
+                                note=f"{tokens} tokens x {cell_worst.cell_bytes} B (+1 page)"
+                                + (f" + {rounding / MiB:.0f} MiB torch allocator rounding" if rounding else "")))
+            free -= kv_reserved + draft_kv + mamba_bytes
             phases.append(Phase(PHASE_REQ_POOL, free, free - req_bytes, estimated=not post_measured,
                                 note=f"({pool}+1) x ({context_len}+4{'+' + str(draft_tokens) if draft_tokens and draft_first else ''}) x 4 B"))
             free -= req_bytes
