@@ -158,6 +158,9 @@ class ModelSpec:
     quant: QuantSpec = field(default_factory=QuantSpec)
     assumed: tuple[str, ...] = ()  # fields we had to assume (unknown model_type, missing keys)
     sglang_context_len: int | None = None  # SGLang's get_context_length(hf_text_config), see below
+    # The text config's length and RoPE keys, as read (vLLM's _get_and_verify_max_len needs them,
+    # version by version: engines/vllm/args.py derive_max_model_len).
+    length_config: tuple[tuple[str, Any], ...] = ()
     dsv4: DeepseekV4Spec | None = None  # DeepSeek-V4 compressed/SWA attention (model_type deepseek_v4)
 
     # --- derived counts -------------------------------------------------------------------
@@ -246,6 +249,14 @@ def _int(cfg: Mapping[str, Any], key: str, *, required: bool = True, default: in
 # sglang/srt/utils/hf_transformers_utils.py CONTEXT_LENGTH_KEYS (same @ v0.4.6.post5 ... v0.5.23)
 SGLANG_CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
                               "max_position_embeddings")
+
+
+LENGTH_CONFIG_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len", "rope_scaling",
+    "rope_parameters", "rope_theta", "rotary_emb_base", "partial_rotary_factor", "rotary_pct",
+    "rotary_emb_fraction", "original_max_position_embeddings",
+)
 
 
 def sglang_context_length(text: Mapping[str, Any], fallback: int) -> int:
@@ -549,6 +560,8 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         quant=quant_from_config(config, text, hf_quant_config),
         assumed=tuple(assumed),
         sglang_context_len=sglang_context_length(text, int(max_pos)),
+        length_config=tuple((k, text[k]) for k in LENGTH_CONFIG_KEYS if text.get(k) is not None)
+        + (("model_type", model_type),),
         dsv4=dsv4,
     )
     for note in assumed:

@@ -26,7 +26,7 @@ from ...units import GiB, gib_to_bytes
 from . import kv_cache as kvc
 from . import memory as mem
 from .args import (KV_CACHE_DTYPES, LATEST_VERSION, VllmArgs, VllmFlags, parse_human_bytes, resolve_args,
-                   version_traits)
+                   version_traits, derive_max_model_len)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,9 @@ def plan_vllm(spec: ModelSpec, gpu: GPU, flags: VllmFlags, version: str | None =
                      is_mla=spec.is_mla or spec.dsv4 is not None,  # DeepSeek-V4: use_mla, fp8_ds_mla
                      is_hybrid_mamba=spec.mamba is not None and spec.num_kv_layers > 0,
                      num_attention_heads=spec.num_attention_heads, gpu_sm=gpu.sm,
-                     is_sparse_mla=spec.has_dsa_indexer)
+                     is_sparse_mla=spec.has_dsa_indexer,
+                     derived_max_len=derive_max_model_len(dict(spec.length_config), traits)
+                     if spec.length_config else None)
     total = gib_to_bytes(measured.total_gib) if measured.total_gib is not None else gpu.cuda_total_bytes
     free0 = _init_free(gpu, a, total, measured)
     requested = mem.requested_memory_bytes(total, a.gpu_memory_utilization, traits)
