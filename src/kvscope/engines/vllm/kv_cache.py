@@ -536,6 +536,18 @@ class KVCacheConfigs:
     max_model_len: int  # after auto-fit (``--max-model-len -1``, v0.14+)
 
 
+def planner_available_bytes(plans: Sequence[KVCachePlan], available_bytes: Sequence[int], traits: VersionTraits,
+                            num_gpu_blocks_override: int | None = None) -> list[int]:
+    """Each worker's available bytes as ``get_kv_cache_configs`` plans with them: from v0.20.2
+    ``num_gpu_blocks_override`` replaces the profiled figure by ``override x bytes_per_block``
+    (kv_cache_utils.py @ v0.20.2, kv_cache_planning.py @ v0.33.0); before, it only overrides
+    ``num_blocks`` after the min over workers."""
+    avail = list(available_bytes)
+    if num_gpu_blocks_override is not None and traits.override_folds_into_available:
+        avail = [num_gpu_blocks_override * p.bytes_per_block if p.groups else m for p, m in zip(plans, avail)]
+    return avail
+
+
 AUTO_FIT_ERROR = ("Cannot auto-fit max_model_len: not enough GPU memory available "
                   "to serve even a single token. Try increasing `gpu_memory_utilization`.")
 
@@ -564,9 +576,7 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
     """
     cfg = scheduler_view_for(cfg, traits)
     legacy = not _at_least(traits, "0.14")
-    avail = list(available_bytes)
-    if num_gpu_blocks_override is not None and traits.override_folds_into_available:
-        avail = [num_gpu_blocks_override * p.bytes_per_block if p.groups else m for p, m in zip(plans, avail)]
+    avail = planner_available_bytes(plans, available_bytes, traits, num_gpu_blocks_override)
     check = [m - p.bytes_per_block if (traits.null_block_reserved and p.groups) else m
              for p, m in zip(plans, avail)]
     needed: list[int] = []

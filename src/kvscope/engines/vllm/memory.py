@@ -244,15 +244,20 @@ def cache_layout(spec: ModelSpec, a: VllmArgs, max_model_len: int) -> kvc.CacheL
     mamba_cache_mode = "align" if (spec.mamba is not None and a.enable_prefix_caching) else "none"
     num_spec = a.num_speculative_tokens if a.speculative_method in ("mtp", "eagle", "eagle3", "qwen3_next_mtp") else 0
     if spec.mamba is not None and spec.num_kv_layers > 0:
-        backend_align = 1
+        # kv_cache.hybrid_kernel_block_alignment: 16 up to v0.19 (MLA 64 from v0.16/0.19's
+        # HybridAttentionMambaModelConfig; 16 for every model in v0.10.2 / v0.11.0, models/config.py);
+        # max(backend's smallest kernel block, block_size) from v0.20.2; MLA at least 128 and the
+        # backends' common kernel block in v0.33.0 (platforms/interface.py ``_align_hybrid_block_size``).
+        # MLA's backend is FlashMLA: ``get_supported_kernel_block_sizes() -> [64]``
+        # (v1/attention/backends/mla/flashmla.py @ v0.20.2 / v0.33.0); FlashAttention MultipleOf(16).
+        # [MLA + mamba: no catalog model, not conformance-tested; v0.11.0 sizes the MLA 1-token page
+        # as a FullAttentionSpec (K and V), not modelled]
         if spec.is_mla:
             attn_1 = kvc.mla_page_size_bytes(1, spec.kv_lora_rank or 0, spec.qk_rope_head_dim or 0, e, a.kv_cache_dtype)
-            align = a.traits.mla_hybrid_alignment  # MLA + mamba: not conformance-tested [estimated]
         else:
             attn_1 = kvc.attention_page_size_bytes(1, kvc.num_kv_heads_per_rank(spec, a.tp), spec.head_dim, e)
-            # 16 up to v0.19; max(16, block_size) from v0.20.2; + backend kernel-block rounding in
-            # v0.33.0 (kv_cache.hybrid_kernel_block_alignment, conformance-tested by its owner)
-            align, backend_align = kvc.hybrid_kernel_block_alignment(a.traits, a.block_size, False)
+        align, backend_align = kvc.hybrid_kernel_block_alignment(
+            a.traits, a.block_size, spec.is_mla, backend_min_kernel_block=64 if spec.is_mla else 16)
         mamba_page = kvc.mamba_page_size_bytes(spec, a.tp, spec.dtype_bytes, num_spec)
         block = kvc.hybrid_attention_block_size(attn_1, mamba_page, a.block_size, align, backend_align)
         attn_page = block * attn_1
@@ -266,18 +271,22 @@ def cache_layout(spec: ModelSpec, a: VllmArgs, max_model_len: int) -> kvc.CacheL
 
 
 def scheduler_view(spec: ModelSpec, a: VllmArgs, max_model_len: int) -> kvc.SchedulerView:
-    """``max_in_flight_tokens = max_concurrent_batches x max_num_batched_tokens`` (vllm/config/vllm.py
-    @ v0.26.0+; async scheduling on by default: 2 batches at PP 1, PP batches otherwise)."""
-    in_flight = a.max_num_batched_tokens
-    if a.traits.in_flight_batches:
-        in_flight *= 2 if a.pp == 1 else a.pp
+    """The ``VllmConfig`` figures the KV specs read, as the release reads them
+    (:func:`kv_cache.scheduler_view_for`: ``max_num_batched_tokens`` as the sliding-window /
+    chunked in-flight allowance before v0.26, one mamba page and no speculative blocks before v0.19).
+
+    From v0.26 ``max_in_flight_tokens = max_concurrent_batches x max_num_batched_tokens``
+    (vllm/config/vllm.py @ v0.26.0+; async scheduling on by default: 2 batches at PP 1, PP batches
+    otherwise); ``mamba_cache_mode`` align with prefix caching; speculative blocks per mamba state."""
+    in_flight = a.max_num_batched_tokens * (2 if a.pp == 1 else a.pp)
     mode = "align" if (spec.mamba is not None and a.enable_prefix_caching) else "none"
     num_spec_blocks = 0
     if spec.mamba is not None and a.num_speculative_tokens and a.speculative_method:
         num_spec_blocks = a.num_speculative_tokens
-    return kvc.SchedulerView(max_model_len=max_model_len, max_num_batched_tokens=a.max_num_batched_tokens,
+    view = kvc.SchedulerView(max_model_len=max_model_len, max_num_batched_tokens=a.max_num_batched_tokens,
                              in_flight_tokens=in_flight, mamba_cache_mode=mode,
                              num_speculative_blocks=num_spec_blocks)
+    return kvc.scheduler_view_for(view, a.traits)
 
 
 @dataclass(frozen=True)
@@ -337,63 +346,43 @@ class KVCapacity:
 
 def capacity_from_available(available_per_worker: list[int], kv: ModelKV, spec: ModelSpec, a: VllmArgs,
                             max_model_len: int) -> KVCapacity:
-    """``get_kv_cache_configs`` for one DP engine, given each PP stage's available KV bytes.
-
-    Order (kv_cache_utils.py @ v0.19.0; kv_cache_planning.py @ v0.33.0): override folded into the
-    available memory (v0.20.2+) → null-block reservation (v0.30+) → auto-fit for ``-1`` →
-    admission check per worker → ``num_blocks = available // bytes_per_block`` per worker, min over
-    workers → override (before v0.20.2) → capacity log.
-    """
+    """``get_kv_cache_configs`` for one DP engine, given each PP stage's available KV bytes:
+    :func:`kv_cache.kv_cache_configs` (the conformance-tested per-release order: override fold,
+    null block, auto-fit, admission check, min over workers, capacity log) on the stages' plans and
+    the release's :func:`scheduler_view`. V0 (< 0.8) has no V1 admission check: its blocks are the
+    same min over workers, its capacity and error are V0's (:func:`_v0_capacity`)."""
     t = a.traits
-    avail = list(available_per_worker)
-    if a.num_gpu_blocks_override is not None and t.override_folds_into_available:
-        avail = [a.num_gpu_blocks_override * w.plan.bytes_per_block if w.plan.groups else m
-                 for w, m in zip(kv.workers, avail)]
-    check = [m - w.plan.bytes_per_block if (t.null_block_reserved and w.plan.groups) else m
-             for w, m in zip(kv.workers, avail)]
-    mml = max_model_len
-    cfg = scheduler_view(spec, a, mml)
-    error = None
-    estimated = None
-    if a.max_model_len_auto:
-        fit = min(kvc.estimate_max_model_len(m, w.plan, cfg) for w, m in zip(kv.workers, check) if w.plan.groups)
-        if fit <= 0:
-            error = ("Cannot auto-fit max_model_len: not enough GPU memory available "
-                     "to serve even a single token. Try increasing `gpu_memory_utilization`.")
-        elif fit < mml:
-            mml = fit
-            cfg = cfg.with_max_model_len(mml)
-    needed = 0
-    for w, m in zip(kv.workers, check):
-        if error or not w.plan.groups:
-            continue
-        needed = max(needed, w.plan.needed_memory_bytes(cfg))
-        if t.is_v0:
-            continue
-        if m <= 0:
-            error = kvc.no_available_memory_error(t)
-        elif w.plan.needed_memory_bytes(cfg) > m:
-            estimated = kvc.estimate_max_model_len(m, w.plan, cfg)
-            error = kvc.insufficient_memory_error(mml, w.plan.needed_memory_bytes(cfg), m, estimated, t)
-    blocks = min(kvc.num_blocks_from_available(m, w.plan) for w, m in zip(kv.workers, avail))
-    if a.num_gpu_blocks_override is not None and not t.override_folds_into_available:
-        blocks = a.num_gpu_blocks_override
-    plan0 = kv.workers[0].plan
-    if plan0.is_attention_free:
-        tokens, conc = 0, 0.0
-    else:
-        tokens = kvc.kv_cache_size_tokens(blocks, plan0, cfg, t)
-        conc = (blocks * plan0.min_block_size / mml) if t.is_v0 else kvc.max_concurrency(blocks, plan0, cfg)
-    if t.is_v0 and error is None and not plan0.is_attention_free:
-        if blocks <= 0:
-            error = kvc.no_available_memory_error(t)
-        elif blocks * plan0.min_block_size < mml:
-            error = kvc.v0_cache_size_error(mml, blocks, plan0.min_block_size)
-    return KVCapacity(
-        available_kv_cache_bytes=min(avail), num_gpu_blocks=blocks, kv_cache_tokens=tokens, max_concurrency=conc,
-        max_model_len=mml, bytes_per_block=plan0.bytes_per_block, needed_memory_bytes=needed,
-        check_memory_bytes=min(check), error=error, estimated_max_model_len=estimated,
+    plans = [w.plan for w in kv.workers]
+    cfg = scheduler_view(spec, a, max_model_len)
+    res = kvc.kv_cache_configs(plans, available_per_worker, cfg, t,
+                               num_gpu_blocks_override=a.num_gpu_blocks_override,
+                               cache_block_size=kv.layout.block_size,
+                               auto_fit=a.max_model_len_auto and not t.is_v0)
+    avail = kvc.planner_available_bytes(plans, available_per_worker, t, a.num_gpu_blocks_override)
+    cap = KVCapacity(
+        available_kv_cache_bytes=min(avail), num_gpu_blocks=res.num_blocks, kv_cache_tokens=res.kv_cache_tokens,
+        max_concurrency=res.max_concurrency, max_model_len=res.max_model_len,
+        bytes_per_block=plans[0].bytes_per_block, needed_memory_bytes=max(res.needed_memory_bytes, default=0),
+        check_memory_bytes=min(res.check_memory_bytes, default=min(avail)), error=res.error,
+        estimated_max_model_len=res.estimated_max_model_len,
     )
+    return _v0_capacity(cap, plans[0], t) if t.is_v0 else cap
+
+
+def _v0_capacity(cap: KVCapacity, plan0: kvc.KVCachePlan, traits: VersionTraits) -> KVCapacity:
+    """V0 (spec §11, vllm/worker/worker.py + executor/executor_base.py @ v0.6.6.post1): "# GPU
+    blocks" = the min over workers, capacity ``num_gpu_blocks x block_size`` tokens, concurrency
+    ``num_gpu_blocks x block_size / max_model_len``, errors from ``raise_if_cache_size_invalid``."""
+    if plan0.is_attention_free:
+        return replace(cap, error=None, estimated_max_model_len=None)
+    blocks, bs, mml = cap.num_gpu_blocks, plan0.min_block_size, cap.max_model_len
+    error = None
+    if blocks <= 0:
+        error = kvc.no_available_memory_error(traits)
+    elif blocks * bs < mml:
+        error = kvc.v0_cache_size_error(mml, blocks, bs)
+    return replace(cap, kv_cache_tokens=blocks * bs, max_concurrency=blocks * bs / mml, error=error,
+                   estimated_max_model_len=None)
 
 
 def mamba_blocks_check(kv: ModelKV, a: VllmArgs, num_blocks: int) -> tuple[str | None, str | None]:

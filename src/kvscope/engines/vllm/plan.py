@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import FlagError
@@ -229,9 +229,12 @@ def _fixes(spec, a: VllmArgs, gpu: GPU, total: int, free0: int, requested, weigh
         fixes.append(Fix("--max-num-seqs", cap.num_gpu_blocks,
                          "each decode sequence needs one Mamba cache block"))
         return fixes
-    plan = kv.workers[0].plan
-    cfg = mem.scheduler_view(spec, a, a.max_model_len)
-    needed = plan.needed_memory_bytes(cfg) + (plan.bytes_per_block if t.null_block_reserved else 0)
+    # the admission check's own figure (memory.capacity_from_available -> kv_cache.kv_cache_configs),
+    # plus the null block it reserves from v0.30; an auto-fit that fits no token stops before the
+    # check, so size that fix for the model's max_model_len
+    one = cap.needed_memory_bytes or mem.capacity_from_available(
+        [0] * a.pp, kv, spec, replace(a, max_model_len_auto=False), a.max_model_len).needed_memory_bytes
+    needed = one + (max(w.plan.bytes_per_block for w in kv.workers) if t.null_block_reserved else 0)
     non_kv = max(w.bytes for w in weights) + max(x.bytes for x in acts) + non_torch.bytes
     applied = cudagraph.bytes if t.cudagraph_estimate_applied else 0
     if cap.estimated_max_model_len:
