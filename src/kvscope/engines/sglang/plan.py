@@ -166,6 +166,10 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     avail_gib = mem.available_gib(post, distributed)
     mm_gib = mem.mm_reservation_gib(v, spec.is_multimodal and not a.language_only)
     draft_layers = _draft_layers(spec, a, draft)
+    if draft_layers and draft is None and not spec.num_nextn_predict_layers:
+        estimated.append("draft_kv")
+        warnings.append(f"{a.speculative_algorithm}: no draft config (--speculative-draft-model-path) and no MTP "
+                        "layer in the target: the draft KV is estimated as one layer of the target's width")
     mamba_per_req = mem.mamba_pp_stage_bytes(  # the largest PP stage's share (>=0.5.18)
         v, mem.mamba_state_bytes_per_req(spec, attn_tp),
         [i for i, t in enumerate(spec.layer_types) if t in ("linear_attention", "mamba")],
