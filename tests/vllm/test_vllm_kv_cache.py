@@ -119,3 +119,14 @@ def test_null_block_reservation_from_0_30():
         cap = mem.capacity_from_available([need], mem.model_kv(spec, a, 8192), spec, a, 8192)
         assert (cap.error is None) is starts
         assert cap.num_gpu_blocks == 512
+
+
+def test_mla_hybrid_alignment_per_release():
+    """kv_cache.hybrid_kernel_block_alignment for MLA (what memory.cache_layout uses for MLA + mamba):
+    models/config.py ``HybridAttentionMambaModelConfig`` has no MLA branch @ v0.11.0 (16 for every
+    model) and ``kernel_block_alignment_size = 128 if use_cutlass_mla else 64`` @ v0.16.0 / v0.19.1;
+    platforms/interface.py ``_align_hybrid_block_size`` @ v0.20.2: max(FlashMLA's [64], block_size);
+    @ v0.33.0: at least 128 for MLA, rounded to the backends' common kernel block (FlashMLA 64)."""
+    got = {v: kvc.hybrid_kernel_block_alignment(version_traits(v), 64, True, backend_min_kernel_block=64)
+           for v in ("0.11.0", "0.16.0", "0.19.1", "0.20.2", "0.33.0")}
+    assert got == {"0.11.0": (16, 1), "0.16.0": (64, 1), "0.19.1": (64, 1), "0.20.2": (64, 1), "0.33.0": (128, 64)}

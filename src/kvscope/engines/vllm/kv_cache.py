@@ -251,7 +251,8 @@ def hybrid_kernel_block_alignment(traits: VersionTraits, block_size: int, is_mla
     """(kernel_block_alignment_size, backend_block_alignment) of the hybrid alignment:
 
     * up to v0.19 (``HybridAttentionMambaModelConfig``, models/config.py @ v0.11.0 / v0.19.1):
-      16, and for MLA 64 (v0.19; 128 with CUTLASS MLA, not modelled);
+      16, and for MLA 64 (128 with CUTLASS MLA, not modelled) -- the MLA branch is absent in
+      v0.10.2 / v0.11.0 and present in v0.16.0 / v0.17.0 / v0.19.1 (boundary at the later read wheel);
     * v0.20.2+ (``Platform._align_hybrid_block_size``, platforms/interface.py @ v0.20.2):
       ``max(smallest kernel block of the backend, cache block size)`` -- FlashAttention
       advertises ``MultipleOf(16)`` -- so a user block size above 16 sets the alignment;
@@ -259,7 +260,7 @@ def hybrid_kernel_block_alignment(traits: VersionTraits, block_size: int, is_mla
       kernel block (16 for FlashAttention).
     """
     if not _at_least(traits, "0.20.2"):
-        return (64 if (is_mla and _at_least(traits, "0.19")) else 16), 1
+        return (64 if (is_mla and _at_least(traits, "0.16")) else 16), 1
     align = max(backend_min_kernel_block, block_size)
     if not _at_least(traits, "0.33"):
         return align, 1

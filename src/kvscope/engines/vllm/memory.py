@@ -244,8 +244,8 @@ def cache_layout(spec: ModelSpec, a: VllmArgs, max_model_len: int) -> kvc.CacheL
     mamba_cache_mode = "align" if (spec.mamba is not None and a.enable_prefix_caching) else "none"
     num_spec = a.num_speculative_tokens if a.speculative_method in ("mtp", "eagle", "eagle3", "qwen3_next_mtp") else 0
     if spec.mamba is not None and spec.num_kv_layers > 0:
-        # kv_cache.hybrid_kernel_block_alignment: 16 up to v0.19 (MLA 64 from v0.16/0.19's
-        # HybridAttentionMambaModelConfig; 16 for every model in v0.10.2 / v0.11.0, models/config.py);
+        # kv_cache.hybrid_kernel_block_alignment: 16 up to v0.19 (HybridAttentionMambaModelConfig,
+        # models/config.py: 16 for every model @ v0.10.2 / v0.11.0, MLA 64 @ v0.16.0 … v0.19.1);
         # max(backend's smallest kernel block, block_size) from v0.20.2; MLA at least 128 and the
         # backends' common kernel block in v0.33.0 (platforms/interface.py ``_align_hybrid_block_size``).
         # MLA's backend is FlashMLA: ``get_supported_kernel_block_sizes() -> [64]``
