@@ -16,6 +16,7 @@ from ..fit import FitRequest, fit, parse_set
 from ..hardware.gpus import get_gpu, gpu_names
 from ..model.load import load_spec
 from ..model.safetensors import checkpoint_tensors, exact_weights_per_rank
+from .plan import _gib_list  # the same per-rank GiB list syntax as kvscope plan
 from ..report.fit_text import render_fit
 from ..units import gib_to_bytes
 
@@ -28,16 +29,6 @@ def _positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return n
-
-
-def _gib_list(text: str) -> list[float]:
-    try:
-        vals = [float(x) for x in text.replace(" ", ",").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected GiB numbers like 94 or 94,93.5,..., got {text!r}") from None
-    if not vals:
-        raise argparse.ArgumentTypeError("expected at least one GiB number")
-    return vals
 
 
 def register(sub) -> None:
