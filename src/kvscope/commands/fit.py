@@ -16,8 +16,8 @@ from ..fit import FitRequest, fit, parse_set
 from ..hardware.gpus import get_gpu, gpu_names
 from ..model.load import load_spec
 from ..model.safetensors import checkpoint_tensors, exact_weights_per_rank
-from .plan import _gib_list  # the same per-rank GiB list syntax as kvscope plan
 from ..report.fit_text import render_fit
+from .plan import _gib_list  # the same per-rank GiB list syntax as kvscope plan
 from ..units import gib_to_bytes
 
 
