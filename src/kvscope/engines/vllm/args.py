@@ -164,6 +164,7 @@ class VllmArgs:
     num_speculative_tokens: int
     speculative_method: str | None
     enable_prefix_caching: bool
+    attention_backend: str | None = None  # vLLM's backend name (>= 0.19, CUDA; None = not modelled)
 
 
 def validate_gpu_memory_utilization(value: float, traits: VersionTraits | None = None) -> None:
@@ -214,11 +215,225 @@ def block_size_classic(user: int | None, *, is_mla: bool, gpu_sm: str, is_sparse
     return block, source
 
 
+# --- vLLM >= 0.19: the attention-backend registry picks the block size --------------------------
+
+_FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def _cap(gpu_sm: str) -> tuple[int, int] | None:
+    """"sm90" -> (9, 0), "sm103" -> (10, 3), "sm120" -> (12, 0); None for non-CUDA names."""
+    if not gpu_sm.startswith("sm") or not gpu_sm[2:].isdigit():
+        return None
+    n = int(gpu_sm[2:])
+    return (n // 10, n % 10)
+
+
+def _multiple(block: int | None, sizes: tuple[int, ...]) -> bool:
+    """``AttentionBackend.supports_block_size`` (vllm/v1/attention/backend.py @ v0.19.1+): no
+    ``--block-size`` passes; otherwise a multiple of one of the kernel block sizes."""
+    return block is None or any(block % s == 0 for s in sizes)
+
+
+def _flash_attn_valid(version: Version, cap: tuple[int, int], head_size: int, kv: str, has_sink: bool) -> bool:
+    """``FlashAttentionBackend.validate_configuration`` (flash_attn.py + fa_utils.py @ v0.19.1 …
+    v0.33.0, FA2/FA3/FA4 kernels installed): FA3 on SM9x, FA4 on SM10x (FA2 for heads > 128 except
+    192 there), FA2 elsewhere; heads up to 256 (v0.20+: 512 where FA4 runs: SM9x/10x/11x); sinks
+    need FA3 (v0.20+: FA3/FA4) and SM90+; fp8 KV: FA3 on SM9x (v0.19-v0.20 any fp8 name; v0.26
+    fp8/fp8_e4m3), v0.28+ also FA4 on SM10x for heads <= 128 or 192 (not fp8_e5m2)."""
+    major = cap[0]
+    v20, v26, v28, v33 = (version >= Version(x) for x in ("0.20", "0.26", "0.28", "0.33"))
+    fa4_device = major in (9, 10, 11)
+    if cap < (8, 0) or head_size % 8:
+        return False
+    if head_size > 256 and not (v20 and fa4_device and head_size <= 512):
+        return False
+
+    def fa_version(head: int | None) -> int:
+        if major == 9:
+            return 4 if (v28 and head is not None and head > 256) else 3  # FA3 -> FA4 upgrade
+        if major == 10:
+            # head 192 keeps FA4 only with a 128 V head (v0.28+ passes head_size_v = head_size)
+            if head is not None and head > 128 and not (head == 192 and not v28) and not (v33 and head == 256):
+                return 2
+            return 4
+        return 2
+
+    if has_sink:
+        if cap < (9, 0) or fa_version(None) not in ((3, 4) if v20 else (3,)):
+            return False
+    if kv in ("auto", "float16", "bfloat16"):
+        return True
+    if not v26:
+        return kv.startswith("fp8") and major == 9
+    if not v28:
+        return kv in ("fp8", "fp8_e4m3") and major == 9
+    if kv not in ("fp8", "fp8_e4m3"):
+        return False
+    ver = fa_version(head_size)
+    if v33 and major == 10 and head_size == 256:
+        return False  # FA4's head-256 kernel does not take a quantized KV cache: FA2
+    if major == 9:
+        return ver == 3 or (v33 and ver == 4 and head_size == 512)
+    return ver == 4 and major == 10
+
+
+def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool, is_sparse_mla: bool,
+                        kv_cache_dtype: str, head_size: int, num_heads: int, qk_nope_head_dim: int | None,
+                        has_sink: bool, block: int | None) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(backend, kernel block sizes, valid) in ``_get_backend_priorities`` order
+    (vllm/platforms/cuda.py @ v0.19.1 … v0.33.0) with each backend's ``validate_configuration``."""
+    major = cap[0]
+    kv = kv_cache_dtype
+    quant = kv in _FP8 or kv == "fp8_ds_mla"
+    v26, v28, v33 = version >= Version("0.26"), version >= Version("0.28"), version >= Version("0.33")
+    out: list[tuple[str, tuple[int, ...], bool]] = []
+
+    def add(name: str, sizes: tuple[int, ...], ok: bool) -> None:
+        out.append((name, sizes, ok and _multiple(block, sizes)))
+
+    if not is_mla:
+        fa_ok = _flash_attn_valid(version, cap, head_size, kv, has_sink)
+        fi_heads = (64, 128, 256, 512) if v26 else (64, 128, 256)
+        fi_sink = not has_sink or major == 10 or (v28 and major == 12) or (v33 and cap == (9, 0))
+        fi_ok = (8, 0) <= cap <= (12, 1) and head_size in fi_heads and kv in ("auto", "float16", "bfloat16") + _FP8 \
+            and fi_sink
+        tr_ok = head_size >= 32 and kv in ("auto", "float16", "bfloat16") + _FP8
+        fx_ok = kv in ("auto", "float16", "bfloat16") and not has_sink
+        # v0.33: FA4's SM90 fp8-KV head-512 kernel uses 64-token pages (flash_attn.py
+        # _get_sm90_fa4_fp8_kv_block_size): kernel block [64], preferred max(16, 64)
+        fa_sizes = (64,) if (v33 and major == 9 and kv in ("fp8", "fp8_e4m3") and head_size == 512) else (16,)
+        fa = ("FLASH_ATTN", fa_sizes, fa_ok)
+        fi = ("FLASHINFER", (16, 32, 64), fi_ok)
+        order = [fi, fa] if major == 10 else [fa, fi]
+        for name, sizes, ok in order + [("TRITON_ATTN", (16,), tr_ok),
+                                        ("FLEX_ATTENTION", (16,) if v33 else (1,), fx_ok)]:
+            add(name, sizes, ok)
+        return out
+    plain_kv = kv in ("auto", "float16", "bfloat16")
+    mla_kv = plain_kv or kv in ("fp8", "fp8_e4m3")
+    dense = not is_sparse_mla
+    fi_mla = ("FLASHINFER_MLA", (32, 64), dense and major == 10 and mla_kv and qk_nope_head_dim in (64, 128, 192))
+    cutlass = ("CUTLASS_MLA", (128,), dense and major == 10 and mla_kv)
+    fa_mla = ("FLASH_ATTN_MLA", (16,), dense and major == 9 and plain_kv)
+    flashmla = ("FLASHMLA", (64,), dense and major in (9, 10) and mla_kv)
+    triton = ("TRITON_MLA", (16,), dense and mla_kv)
+    sp = is_sparse_mla and head_size == 576
+    fi_sparse = ("FLASHINFER_MLA_SPARSE", (32, 64), sp and major == 10 and mla_kv and qk_nope_head_dim in (128, 192))
+    fm_sparse = ("FLASHMLA_SPARSE", (64,), sp and major in (9, 10) and kv in ("auto", "bfloat16", "fp8_ds_mla", "fp8"))
+    if major == 10:
+        if quant:
+            sparse = [fi_sparse, fm_sparse]
+        elif num_heads <= 16:
+            sparse = ([("FLASH_ATTN_MLA_SPARSE_FA4", (64,), sp and kv in ("auto", "bfloat16") and num_heads in (
+                8, 16, 32, 64, 128) and qk_nope_head_dim in (128, 192))] if v33 else []) \
+                + [fi_sparse, fm_sparse]
+        else:
+            sparse = [fm_sparse, fi_sparse]
+        tokenspeed = [("TOKENSPEED_MLA", (32, 64), False)] if v26 else []  # R1 dims + fp8 only [not modelled]
+        order = [fi_mla] + tokenspeed + [cutlass, fa_mla, flashmla, triton] + sparse
+    elif major == 12 and v26:
+        order = [triton, ("FLASHINFER_MLA_SPARSE_SM120", (64,) if v33 else (64, 256),
+                          sp and kv in ("auto", "fp8", "fp8_e4m3", "fp8_ds_mla"))]
+    else:
+        order = [fa_mla, flashmla, fi_mla, triton]
+        if v26:
+            fa_sparse = ("FLASH_ATTN_MLA_SPARSE", (64,), sp and major == 9 and plain_kv)
+            order += [fa_sparse, fm_sparse]
+            if v33:  # FLASHINFER_MLA_SPARSE_SM90: first for head 512, last otherwise
+                fi90 = ("FLASHINFER_MLA_SPARSE_SM90", (64,), is_sparse_mla and head_size in (512, 576)
+                        and major == 9 and kv in ("auto", "bfloat16", "fp8", "fp8_e4m3"))
+                order = order[:4] + ([fi90] if head_size == 512 else []) + order[4:] + \
+                    ([fi90] if head_size != 512 else [])
+        else:
+            order += [fm_sparse]
+    for name, sizes, ok in order:
+        add(name, sizes, ok)
+    return out
+
+
+def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvidia", is_mla: bool = False,
+                       is_sparse_mla: bool = False, kv_cache_dtype: str = "auto", head_size: int = 128,
+                       num_heads: int = 32, qk_nope_head_dim: int | None = 128, has_sink: bool = False,
+                       user_block_size: int | None = None, is_hybrid: bool = False) -> tuple[int, str | None, str]:
+    """(block_size, backend, source) of vLLM >= 0.19 on CUDA.
+
+    * Backend: ``CudaPlatformBase.get_attn_backend_cls`` walks ``_get_backend_priorities``
+      (vllm/platforms/cuda.py @ v0.19.1, v0.20.2, v0.26.0, v0.28.0, v0.33.0) and takes the first
+      backend whose ``validate_configuration`` passes (head size, KV dtype, block size when
+      ``--block-size`` is given, MLA / sparse, capability, sinks; vllm/v1/attention/backend.py).
+      MHA: SM10x FlashInfer, FlashAttention, Triton, Flex; other GPUs FlashAttention first.
+      MLA: SM10x FlashInfer-MLA, CUTLASS-MLA, FA-MLA, FlashMLA, Triton-MLA; SM9x FA-MLA (bf16 KV),
+      FlashMLA (fp8 KV), Triton-MLA; SM8x / SM12x Triton-MLA. Sparse MLA (DSA): SM10x FlashInfer
+      sparse for fp8 KV or <= 16 heads per rank, else FlashMLA sparse; SM9x FlashMLA sparse
+      (0.26+: FlashAttention-MLA sparse first for bf16 KV).
+    * Block size: ``--block-size`` is kept (``user_specified_block_size``). Otherwise
+      ``Platform.update_block_size_for_backend`` (vllm/platforms/interface.py) takes the first
+      attention layer's ``get_preferred_block_size(16)``: 16 if the backend accepts it, else its
+      smallest kernel block (FlashInfer-MLA 32, FlashMLA 64, CUTLASS-MLA 128). Sparse MLA: the first
+      layer is the DSA indexer K cache (``DeepseekV32IndexerBackend``, kernel block 64 on CUDA;
+      vllm/v1/attention/backends/mla/indexer.py), so 64; 0.33 takes the smallest size every backend
+      accepts (``_preferred_block_size_for_backends``), also 64.
+    * Hybrid (mamba) models: v0.19 keeps 16 (``update_block_size_for_backend`` skips them;
+      ``HybridAttentionMambaModelConfig`` aligns later); from v0.20.2 phase 1 applies to them too.
+      The mamba alignment itself is ``kv_cache.hybrid_kernel_block_alignment``.
+
+    Not modelled (the conformance suite marks them): ROCm backends (taken as 16), FA4's 128-token
+    head-256 pages and the SM90 FP8 head-512 64-token pages (v0.33 FlashAttention), TOKENSPEED_MLA,
+    ``--attention-backend`` / ``VLLM_ATTENTION_BACKEND``, per-model backend overrides (Gemma 4).
+    """
+    version = Version(traits.version)
+    cap = _cap(gpu_sm) if vendor == "nvidia" else None
+    if cap is None:
+        if user_block_size is not None:
+            return user_block_size, None, "flag"
+        return 16, None, "CacheConfig.DEFAULT_BLOCK_SIZE (non-CUDA backend registry not modelled) [estimated]"
+    cands = _backend_candidates(version, cap, is_mla=is_mla, is_sparse_mla=is_sparse_mla,
+                                kv_cache_dtype=kv_cache_dtype, head_size=head_size, num_heads=num_heads,
+                                qk_nope_head_dim=qk_nope_head_dim, has_sink=has_sink, block=user_block_size)
+    chosen = next(((n, sz) for n, sz, ok in cands if ok), None)
+    if chosen is None:
+        raise ConfigError(f"No valid attention backend found for cuda (vLLM {traits.version}, {gpu_sm}, "
+                          f"head_size={head_size}, kv_cache_dtype={kv_cache_dtype}, block_size={user_block_size}, "
+                          f"use_mla={is_mla}, use_sparse={is_sparse_mla}).",
+                          field="--block-size" if user_block_size is not None else "--kv-cache-dtype",
+                          fix="drop --block-size, or use another --kv-cache-dtype")
+    name, sizes = chosen
+    if user_block_size is not None:
+        return user_block_size, name, "flag"
+    if is_hybrid and version < Version("0.20"):
+        return 16, name, "CacheConfig.DEFAULT_BLOCK_SIZE (hybrid model: update_block_size_for_backend skips it)"
+    if is_sparse_mla and is_mla:
+        return 64, name, f"64: first layer is the DSA indexer (kernel block 64), backend {name}"
+    if _multiple(16, sizes):
+        return 16, name, f"CacheConfig.DEFAULT_BLOCK_SIZE, accepted by {name}"
+    block = min(sizes)
+    return block, name, f"{name} preferred block size (smallest kernel block {block})"
+
+
+def backend_inputs(spec: Any) -> dict[str, Any]:
+    """The model facts ``default_block_size`` needs, from a ``ModelSpec`` (duck-typed): attention
+    head size (MLA: ``kv_lora_rank + qk_rope_head_dim``, the size MLAAttention passes the selector),
+    ``qk_nope_head_dim``, attention sinks (gpt-oss: ``GptOssForCausalLM`` layers carry ``sinks``),
+    DeepSeek-V4 (own backends)."""
+    is_mla = bool(getattr(spec, "is_mla", False))
+    head = spec.mla_kv_dim if is_mla else getattr(spec, "head_dim", None)
+    return {"head_size": head, "qk_nope_head_dim": getattr(spec, "qk_nope_head_dim", None),
+            "has_sink": getattr(spec, "model_type", "") == "gpt_oss",
+            "is_deepseek_v4": getattr(spec, "dsv4", None) is not None}
+
+
 def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int, gpu_memory_bytes: int,
                  gpu_name: str, is_mla: bool, is_hybrid_mamba: bool, num_attention_heads: int,
                  gpu_sm: str | None = None, derived_max_len: DerivedMaxModelLen | None = None,
-                 is_sparse_mla: bool = False) -> VllmArgs:
+                 is_sparse_mla: bool = False, head_size: int | None = None,
+                 qk_nope_head_dim: int | None = None, has_sink: bool = False,
+                 gpu_vendor: str = "nvidia", is_deepseek_v4: bool = False) -> VllmArgs:
     """Apply vLLM's defaults and validations (the ones that raise before any memory is touched).
+
+    Block size: 0.10-0.11 ``block_size_classic``; from 0.19 ``default_block_size`` (the attention
+    backend's choice; ``head_size`` = the attention head size, MLA ``kv_lora_rank + qk_rope_head_dim``;
+    heads per rank = ``num_attention_heads // tp``). Without ``gpu_sm`` the backend is unknown: 16,
+    MLA 64 [estimated].
 
     ``derived_max_len`` (``derive_max_model_len`` of the HF config) replaces ``model_max_len`` when
     given; without it ``model_max_len`` is taken as ``max_position_embeddings`` with no RoPE factor."""
@@ -286,14 +501,26 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
                         fix="use --gpu-memory-utilization, or vLLM >= 0.11")
     if flags.block_size is not None and flags.block_size < 1:
         raise FlagError("--block-size must be positive", field="--block-size", fix="e.g. 16")
+    backend: str | None = None
     if traits.classic_block_rule and gpu_sm is not None:
         block, source = block_size_classic(flags.block_size, is_mla=is_mla, gpu_sm=gpu_sm,
                                            is_sparse_mla=is_sparse_mla, traits=traits)
+    elif is_deepseek_v4:
+        # DeepSeek-V4's own backends (deepseek_v4.py): DeepseekSparseSWABackend prefers 256
+        block, source = (flags.block_size, "flag") if flags.block_size is not None else \
+            (256, "DeepseekSparseSWABackend.get_preferred_block_size (v0.33.0)")
+        backend = "DEEPSEEK_V4 sparse MLA"
+    elif gpu_sm is not None and not traits.is_v0 and Version(traits.version) >= Version("0.19"):
+        block, backend, source = default_block_size(
+            traits, gpu_sm=gpu_sm, vendor=gpu_vendor, is_mla=is_mla, is_sparse_mla=is_sparse_mla and is_mla,
+            kv_cache_dtype=flags.kv_cache_dtype, head_size=head_size or (576 if is_mla else 128),
+            num_heads=max(num_attention_heads // tp, 1), qk_nope_head_dim=qk_nope_head_dim,
+            has_sink=has_sink, user_block_size=flags.block_size, is_hybrid=is_hybrid_mamba)
     elif flags.block_size is not None:
         block, source = flags.block_size, "flag"
     elif is_mla:
-        # MLA backends need 64-token kernel blocks (FlashMLA; platforms/cuda.py) [estimated per backend]
-        block, source = 64, "MLA backend default (64)"
+        # no GPU arch: MLA backend taken as FlashMLA (64-token kernel blocks) [estimated]
+        block, source = 64, "MLA backend default (64) [estimated: GPU arch unknown]"
     else:
         block, source = 16, "CacheConfig.DEFAULT_BLOCK_SIZE"
     prefix = flags.enable_prefix_caching
@@ -303,7 +530,7 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
         traits=traits, tp=tp, pp=pp, dp=dp, ep=flags.enable_expert_parallel,
         gpu_memory_utilization=util, max_model_len=mml, max_model_len_auto=auto,
         max_num_seqs=seqs, max_num_batched_tokens=mnbt, kv_cache_dtype=flags.kv_cache_dtype,
-        block_size=block, block_size_source=source, enforce_eager=flags.enforce_eager,
+        block_size=block, block_size_source=source, attention_backend=backend, enforce_eager=flags.enforce_eager,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes, num_gpu_blocks_override=flags.num_gpu_blocks_override,
         num_speculative_tokens=flags.num_speculative_tokens, speculative_method=flags.speculative_method,
         enable_prefix_caching=prefix,

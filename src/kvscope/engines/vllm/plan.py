@@ -25,8 +25,8 @@ from ...timeline import (PHASE_CUDA_GRAPH, PHASE_INIT, PHASE_KV_ALLOC, PHASE_LOA
 from ...units import GiB, gib_to_bytes
 from . import kv_cache as kvc
 from . import memory as mem
-from .args import (KV_CACHE_DTYPES, LATEST_VERSION, VllmArgs, VllmFlags, parse_human_bytes, resolve_args,
-                   version_traits, derive_max_model_len)
+from .args import (KV_CACHE_DTYPES, LATEST_VERSION, VllmArgs, VllmFlags, backend_inputs, parse_human_bytes,
+                   resolve_args, version_traits, derive_max_model_len)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def plan_vllm(spec: ModelSpec, gpu: GPU, flags: VllmFlags, version: str | None =
                      is_mla=spec.is_mla or spec.dsv4 is not None,  # DeepSeek-V4: use_mla, fp8_ds_mla
                      is_hybrid_mamba=spec.mamba is not None and spec.num_kv_layers > 0,
                      num_attention_heads=spec.num_attention_heads, gpu_sm=gpu.sm,
-                     is_sparse_mla=spec.has_dsa_indexer,
+                     is_sparse_mla=spec.has_dsa_indexer, gpu_vendor=gpu.vendor, **backend_inputs(spec),
                      derived_max_len=derive_max_model_len(dict(spec.length_config), traits)
                      if spec.length_config else None)
     total = gib_to_bytes(measured.total_gib) if measured.total_gib is not None else gpu.cuda_total_bytes
@@ -142,6 +142,7 @@ def plan_vllm(spec: ModelSpec, gpu: GPU, flags: VllmFlags, version: str | None =
         "gpu_memory_utilization": a.gpu_memory_utilization,
         "requested_memory_bytes": int(requested),
         "block_size": kv.layout.block_size,
+        "attention_backend": a.attention_backend, "block_size_source": a.block_size_source,
         "bytes_per_block": plan0.bytes_per_block,
         "kv_cache_groups": [{"kind": g.spec.kind, "num_layers": len(g.layer_ids), "page_size_bytes":
                              g.spec.page_size_bytes, "block_size": g.spec.block_size} for g in plan0.groups],
@@ -393,6 +394,8 @@ def render_vllm(t: Timeline) -> str:
         ("formula", str(d.get("formula", ""))),
         ("block size", f"{x.get('block_size')} tokens, {x.get('bytes_per_block')} B per block, "
                        f"kv dtype {x.get('kv_cache_dtype')}"),
+        ("attention backend", f"{x.get('attention_backend') or 'not modelled'} (block size: "
+                              f"{x.get('block_size_source')})"),
     ]
     for i, g in enumerate(x.get("kv_cache_groups", ())):
         rows.append((f"  group {i}", f"{g['kind']}: {g['num_layers']} layers x {g['page_size_bytes']} B page "

@@ -1,0 +1,106 @@
+"""vLLM >= 0.19 default KV block size and attention backend: the releases' own selection code
+(``vllm_engine_backend.py``) against ``args.default_block_size``.
+
+Cases: GPU capability x MHA / MLA / sparse MLA x head size x KV dtype x ``--block-size`` x heads
+per rank x sinks. Both the backend name and the block size must match; "no valid backend" must
+match too (kvscope raises ConfigError)."""
+from __future__ import annotations
+
+import itertools
+import random
+from typing import List, Optional
+
+import pytest
+
+from kvscope.engines.vllm.args import default_block_size, version_traits
+from kvscope.errors import ConfigError
+
+from .conftest import count_cases, require_source
+from .vllm_engine_backend import BackendCase, backend_members, engine
+from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
+
+RELEASES = tuple(v for v in VLLM_VERSIONS if tuple(int(x) for x in v.split(".")[:2]) >= (0, 19))
+DEFAULT = tuple(v for v in RELEASES if v in VLLM_DEFAULT)
+CAPS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0), "sm100": (10, 0), "sm103": (10, 3),
+        "sm120": (12, 0)}
+BLOCKS = (None, 16, 32, 64, 128, 256)
+
+
+def _cases(n: int, seed: int) -> List[tuple]:
+    rng = random.Random(seed)
+    grid = []
+    for sm in CAPS:
+        for kind in ("mha", "mla", "sparse"):
+            kvs = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2") + (("fp8_ds_mla",) if kind != "mha" else ())
+            heads = (64, 80, 96, 128, 192, 256, 512) if kind == "mha" else (576,)
+            for kv, hs, blk in itertools.product(kvs, heads, BLOCKS):
+                grid.append((sm, kind, kv, hs, blk))
+    rng.shuffle(grid)
+    out = []
+    for sm, kind, kv, hs, blk in grid[:n]:
+        num_heads = rng.choice((8, 16, 32, 128))
+        sink = kind == "mha" and rng.random() < 0.2
+        qk_nope = rng.choice((128, 128, 192, 64)) if kind != "mha" else 128
+        hybrid = kind != "sparse" and rng.random() < 0.2
+        out.append((sm, kind, kv, hs, blk, num_heads, sink, qk_nope, hybrid))
+    return out
+
+
+def _engine_case(sm: str, kind: str, kv: str, hs: int, blk: Optional[int], heads: int, sink: bool,
+                 qk_nope: int, hybrid: bool = False) -> BackendCase:
+    return BackendCase(CAPS[sm], use_mla=kind != "mha", use_sparse=kind == "sparse", head_size=hs,
+                       kv_cache_dtype=kv, user_block_size=blk, num_heads=heads, has_sink=sink,
+                       qk_nope_head_dim=qk_nope, index_topk=kind == "sparse", is_hybrid=hybrid)
+
+
+def _kvscope(version: str, sm: str, kind: str, kv: str, hs: int, blk: Optional[int], heads: int, sink: bool,
+             qk_nope: int, hybrid: bool = False):
+    try:
+        block, backend, _ = default_block_size(
+            version_traits(version), gpu_sm=sm, is_mla=kind != "mha", is_sparse_mla=kind == "sparse",
+            kv_cache_dtype=kv, head_size=hs, num_heads=heads, qk_nope_head_dim=qk_nope, has_sink=sink,
+            user_block_size=blk, is_hybrid=hybrid)
+        return backend, block
+    except ConfigError:
+        return None, None
+
+
+def _run(version: str, n: int, seed: int) -> List[str]:
+    require_source("vllm", version, backend_members(version))
+    eng = engine(version)
+    bad = []
+    cases = _cases(n, seed)
+    for case in cases:
+        want = eng.select(_engine_case(*case))
+        got = _kvscope(version, *case)
+        if (want.backend, want.block_size) != got:
+            bad.append(f"{case}: engine {want.backend}/{want.block_size} "
+                       f"{(want.error or '')[:80]} kvscope {got[0]}/{got[1]}")
+    count_cases("vllm", version, "get_attn_backend_cls + update_block_size_for_backend", len(cases))
+    return bad
+
+
+@pytest.mark.parametrize("version", DEFAULT)
+def test_block_size_default_releases(version: str, multiplier: int) -> None:
+    bad = _run(version, 150 * multiplier, seed=19)
+    assert not bad, f"{len(bad)} mismatches:\n" + "\n".join(bad[:20])
+
+
+@pytest.mark.conformance_full
+@pytest.mark.parametrize("version", tuple(v for v in RELEASES if v not in DEFAULT))
+def test_block_size_other_releases(version: str, multiplier: int) -> None:
+    bad = _run(version, 150 * multiplier, seed=19)
+    assert not bad, f"{len(bad)} mismatches:\n" + "\n".join(bad[:20])
+
+
+@pytest.mark.parametrize("version", DEFAULT)
+def test_block_size_known_configs(version: str) -> None:
+    """DeepSeek-V3 (MLA 576, 128 heads / TP8 = 16) and Llama (MHA 128) on H100 / B200 / RTX PRO 6000."""
+    require_source("vllm", version, backend_members(version))
+    eng = engine(version)
+    for sm, kind, kv in (("sm90", "mla", "auto"), ("sm90", "mla", "fp8"), ("sm100", "mla", "auto"),
+                         ("sm120", "mla", "auto"), ("sm90", "sparse", "auto"), ("sm100", "sparse", "fp8"),
+                         ("sm100", "mha", "auto"), ("sm90", "mha", "fp8")):
+        case = (sm, kind, kv, 576 if kind != "mha" else 128, None, 16, False, 128, False)
+        want = eng.select(_engine_case(*case))
+        assert (want.backend, want.block_size) == _kvscope(version, *case), case
