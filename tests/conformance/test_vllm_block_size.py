@@ -22,7 +22,7 @@ from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
 RELEASES = tuple(v for v in VLLM_VERSIONS if tuple(int(x) for x in v.split(".")[:2]) >= (0, 19))
 DEFAULT = tuple(v for v in RELEASES if v in VLLM_DEFAULT)
 CAPS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0), "sm100": (10, 0), "sm103": (10, 3),
-        "sm120": (12, 0)}
+        "sm120": (12, 0), "gfx942": (9, 4), "gfx950": (9, 5)}  # ROCm: DeviceCapability of the GCN arch
 BLOCKS = (None, 16, 32, 64, 128, 256)
 
 
@@ -50,14 +50,15 @@ def _engine_case(sm: str, kind: str, kv: str, hs: int, blk: Optional[int], heads
                  qk_nope: int, hybrid: bool = False) -> BackendCase:
     return BackendCase(CAPS[sm], use_mla=kind != "mha", use_sparse=kind == "sparse", head_size=hs,
                        kv_cache_dtype=kv, user_block_size=blk, num_heads=heads, has_sink=sink,
-                       qk_nope_head_dim=qk_nope, index_topk=kind == "sparse", is_hybrid=hybrid)
+                       qk_nope_head_dim=qk_nope, index_topk=kind == "sparse", is_hybrid=hybrid,
+                       rocm_arch=sm if sm.startswith("gfx") else None)
 
 
 def _kvscope(version: str, sm: str, kind: str, kv: str, hs: int, blk: Optional[int], heads: int, sink: bool,
              qk_nope: int, hybrid: bool = False):
     try:
         block, backend, _ = default_block_size(
-            version_traits(version), gpu_sm=sm, is_mla=kind != "mha", is_sparse_mla=kind == "sparse",
+            version_traits(version), gpu_sm=sm, vendor="amd" if sm.startswith("gfx") else "nvidia", is_mla=kind != "mha", is_sparse_mla=kind == "sparse",
             kv_cache_dtype=kv, head_size=hs, num_heads=heads, qk_nope_head_dim=qk_nope, has_sink=sink,
             user_block_size=blk, is_hybrid=hybrid)
         return backend, block

@@ -90,6 +90,30 @@ def _top_level(body: List[ast.stmt]) -> List[ast.stmt]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _own_tree(text: str, origin: str) -> ast.Module:
+    """A parse of our own (the defs are stripped in place; ``loader._parse``'s cached trees are
+    shared with the other harnesses)."""
+    return ast.parse(text, filename=origin)
+
+
+def _literals(tree: ast.Module) -> Dict[str, Any]:
+    """Module-level ``NAME = <literal>`` constants (``loader.module_literals`` on our own parse)."""
+    out: Dict[str, Any] = {}
+    for st in tree.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            name, value = st.targets[0].id, st.value
+        elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value is not None:
+            name, value = st.target.id, st.value
+        else:
+            continue
+        try:
+            out[name] = ast.literal_eval(value)
+        except ValueError:
+            pass
+    return out
+
+
 class _ModGlobals(dict):
     def __init__(self, mod: "LazyModule"):
         super().__init__()
@@ -109,10 +133,10 @@ class LazyModule(types.ModuleType):
         self._env, self._member = env, member
         self._origin = env.origin(member)
         text = env.src.read(member)
-        tree = loader._parse(text, self._origin)
+        tree = _own_tree(text, self._origin)
         self._defs: Dict[str, ast.stmt] = {}
         self._imports: Dict[str, Tuple[str, Optional[str]]] = {}  # local name -> (module, attr or None)
-        self._literals = loader.module_literals(text, self._origin)
+        self._literals = _literals(tree)
         pkg = name if member.endswith("__init__.py") else name.rsplit(".", 1)[0]
         for s in _top_level(tree.body):
             if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -167,7 +191,7 @@ class LazyModule(types.ModuleType):
         if key.startswith("has_flashinfer"):
             return lambda *_a, **_k: True  # flashinfer-python (+ cubins): a dependency of the wheel
         if key in self._defs:
-            node = _Strip().visit(copy.deepcopy(self._defs[key]))
+            node = _Strip().visit(self._defs[key])  # in place: this module's own parse, idempotent
             if isinstance(node, ast.ClassDef):
                 self._preload(node)
             code = compile(ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[])), self._origin, "exec")
@@ -311,6 +335,7 @@ class BackendCase:
     has_sink: bool = False
     index_topk: bool = False  # the sparse model's hf config has index_topk (DSA)
     is_hybrid: bool = False  # attention + mamba: phase 1 only (phase 2 is kv_cache.py's)
+    rocm_arch: Optional[str] = None  # "gfx942" / "gfx950": RocmPlatform, capability 9.4 / 9.5
 
 
 @dataclass
@@ -328,24 +353,34 @@ class VllmBackend:
         self.v = vtuple(version)
         self.src: EngineSource = engine_source("vllm", version)
         self.case: Optional[BackendCase] = None
-        self._env: Optional[EngineEnv] = None
+        self._envs: Dict[Optional[str], Tuple[EngineEnv, Any]] = {}
+        self._arch: Optional[str] = None
 
     # ---- environment --------------------------------------------------------------------------
-    def env(self) -> EngineEnv:
-        if self._env is None:
-            self._env = self._build_env()
-        return self._env
+    def env(self, arch: Optional[str] = None) -> EngineEnv:
+        """The lazy modules for CUDA (``arch`` None) or one ROCm GCN arch (e.g. "gfx942"): the ROCm
+        module reads the arch once at import (``_GCN_ARCH``), so each arch gets its own set."""
+        if arch not in self._envs:
+            self._arch = arch
+            env = self._build_env(arch)
+            self._envs[arch] = (env, self.platform)
+        env, self.platform = self._envs[arch]
+        return env
 
-    def _build_env(self) -> EngineEnv:
+    def _build_env(self, arch: Optional[str] = None) -> EngineEnv:
         eng = self
         envs_text = self.src.read("vllm/envs.py")
         envs_origin = f"{self.src.label}/vllm/envs.py"
+
+        env_cache: Dict[str, Any] = {}
 
         class _Envs:
             def __getattr__(self, item: str) -> Any:
                 if item.startswith("__"):
                     raise AttributeError(item)
-                return env_default(envs_text, envs_origin, item)
+                if item not in env_cache:
+                    env_cache[item] = env_default(envs_text, envs_origin, item)
+                return env_cache[item]
 
             def is_set(self, _name: str) -> bool:
                 return False
@@ -361,6 +396,7 @@ class VllmBackend:
                      **({"index_topk": 2048} if c.index_topk else {}))
             model_config = _NS(
                 hf_text_config=hf, hf_config=hf, is_hybrid=False, use_mla=c.use_mla, dtype=torch.bfloat16,
+                attn_type="decoder",
                 is_diffusion=False, is_mm_prefix_lm=False, rswa_window=None,
                 get_head_size=lambda: c.head_size,
                 get_num_attention_heads=lambda _pc=None: c.num_heads,
@@ -408,14 +444,31 @@ class VllmBackend:
         # kernel availability: present (no network probe of NVIDIA's cubin artifactory)
         overrides["has_nvidia_artifactory"] = lambda: True
         overrides["has_flashinfer_cubin"] = lambda: True
-        # the platform: the engine's Platform + CudaPlatformBase classmethods, device from the case
+        # the platform: the engine's Platform + CudaPlatformBase (RocmPlatform) classmethods,
+        # device from the case
         iface = env.module("vllm.platforms.interface")
-        cuda = env.module("vllm.platforms.cuda")
         cap_cls = iface.DeviceCapability
-        base = cuda.CudaPlatformBase
+        rocm = arch is not None
+        if rocm:
+            # vllm/platforms/rocm.py reads the GCN arch at import; aiter ships in vLLM's ROCm images
+            # (the ``_ON_*`` flags: the module's own top-level expressions, evaluated on the case's arch)
+            values: Dict[str, Any] = {"_GCN_ARCH": arch}
+            rtext = self.src.read("vllm/platforms/rocm.py")
+            rorigin = f"{self.src.label}/vllm/platforms/rocm.py"
+            for st in loader._parse(rtext, rorigin).body:
+                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                        and st.targets[0].id.startswith("_ON_"):
+                    expr = ast.Expression(body=st.value)
+                    values[st.targets[0].id] = eval(compile(expr, rorigin, "eval"),
+                                                    dict(values, __builtins__=builtins))
+            env.module_values.update(values)
+            env.module_values["IS_AITER_FOUND"] = True
+            base = env.module("vllm.platforms.rocm").RocmPlatform
+        else:
+            base = env.module("vllm.platforms.cuda").CudaPlatformBase
 
         class CaseCudaPlatform(base):  # type: ignore[misc, valid-type]
-            device_name = "cuda"
+            device_name = "rocm" if rocm else "cuda"
             device_type = "cuda"
 
             @classmethod
@@ -429,13 +482,13 @@ class VllmBackend:
                 eng._phase2 = True
 
             def is_cuda(self) -> bool:
-                return True
+                return not rocm
 
             def is_cuda_alike(self) -> bool:
                 return True
 
             def is_rocm(self) -> bool:
-                return False
+                return rocm
 
             def is_xpu(self) -> bool:
                 return False
@@ -476,7 +529,7 @@ class VllmBackend:
     def select(self, c: BackendCase) -> BackendResult:
         """Backend of the MLA / attention layer, then the block size after phase 1 of
         ``update_block_size_for_backend`` (user ``--block-size`` kept)."""
-        env = self.env()
+        env = self.env(c.rocm_arch)
         self.case = c
         self._current_config = self._vllm_config_fn()
         sel = env.module("vllm.v1.attention.selector")

@@ -351,6 +351,36 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
     return out
 
 
+def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse_mla: bool, kv_cache_dtype: str,
+                     head_size: int, has_sink: bool, block: int | None) -> list[tuple[str, tuple[int, ...], bool]]:
+    """``RocmPlatform`` ``_get_backend_priorities`` + each backend's ``validate_configuration``
+    (vllm/platforms/rocm.py @ v0.19.1 … v0.33.0) with vLLM's env defaults (``VLLM_ROCM_USE_AITER``
+    off, so no AITER MLA / AITER FA) and aiter installed (``is_aiter_found_and_supported``: MI300 /
+    MI350, gfx942 / gfx950). Sparse MLA: ROCM_AITER_MLA_SPARSE only; MLA: TRITON_MLA; MHA:
+    ROCM_ATTN (heads 32-256 listed, no sinks), ROCM_AITER_UNIFIED_ATTN (heads >= 32, sinks; prefers
+    64), TRITON_ATTN."""
+    kv = kv_cache_dtype
+    v26 = version >= Version("0.26")
+    out: list[tuple[str, tuple[int, ...], bool]] = []
+
+    def add(name: str, sizes: tuple[int, ...], ok: bool) -> None:
+        out.append((name, sizes, ok and _multiple(block, sizes)))
+
+    plain = kv in ("auto", "float16", "bfloat16")
+    if is_sparse_mla:
+        add("ROCM_AITER_MLA_SPARSE", (1,), is_mla and (plain or (v26 and kv in ("fp8", "fp8_e4m3"))))
+        return out
+    if is_mla:
+        add("TRITON_MLA", (16,), plain or kv in ("fp8", "fp8_e4m3"))
+        return out
+    mha_kv = plain or kv in _FP8
+    add("ROCM_ATTN", (16,), mha_kv and not has_sink and head_size in (32, 64, 80, 96, 128, 160, 192, 224, 256))
+    if any(a in gcn_arch for a in ("gfx942", "gfx950")):
+        add("ROCM_AITER_UNIFIED_ATTN", (16,), mha_kv and head_size >= 32)
+    add("TRITON_ATTN", (16,), mha_kv and head_size >= 32)
+    return out
+
+
 def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvidia", is_mla: bool = False,
                        is_sparse_mla: bool = False, kv_cache_dtype: str = "auto", head_size: int = 128,
                        num_heads: int = 32, qk_nope_head_dim: int | None = 128, has_sink: bool = False,
@@ -382,17 +412,24 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
     ``--attention-backend`` / ``VLLM_ATTENTION_BACKEND``, per-model backend overrides (Gemma 4).
     """
     version = Version(traits.version)
+    rocm = vendor == "amd" and gpu_sm.startswith("gfx")
     cap = _cap(gpu_sm) if vendor == "nvidia" else None
-    if cap is None:
+    if cap is None and not rocm:
         if user_block_size is not None:
             return user_block_size, None, "flag"
-        return 16, None, "CacheConfig.DEFAULT_BLOCK_SIZE (non-CUDA backend registry not modelled) [estimated]"
-    cands = _backend_candidates(version, cap, is_mla=is_mla, is_sparse_mla=is_sparse_mla,
-                                kv_cache_dtype=kv_cache_dtype, head_size=head_size, num_heads=num_heads,
-                                qk_nope_head_dim=qk_nope_head_dim, has_sink=has_sink, block=user_block_size)
+        return 16, None, "CacheConfig.DEFAULT_BLOCK_SIZE (backend registry of this platform not modelled) [estimated]"
+    if rocm:
+        cands = _rocm_candidates(version, gpu_sm, is_mla=is_mla, is_sparse_mla=is_sparse_mla,
+                                 kv_cache_dtype=kv_cache_dtype, head_size=head_size, has_sink=has_sink,
+                                 block=user_block_size)
+    else:
+        cands = _backend_candidates(version, cap, is_mla=is_mla, is_sparse_mla=is_sparse_mla,
+                                    kv_cache_dtype=kv_cache_dtype, head_size=head_size, num_heads=num_heads,
+                                    qk_nope_head_dim=qk_nope_head_dim, has_sink=has_sink, block=user_block_size)
     chosen = next(((n, sz) for n, sz, ok in cands if ok), None)
     if chosen is None:
-        raise ConfigError(f"No valid attention backend found for cuda (vLLM {traits.version}, {gpu_sm}, "
+        raise ConfigError(f"No valid attention backend found for {'rocm' if rocm else 'cuda'} "
+                          f"(vLLM {traits.version}, {gpu_sm}, "
                           f"head_size={head_size}, kv_cache_dtype={kv_cache_dtype}, block_size={user_block_size}, "
                           f"use_mla={is_mla}, use_sparse={is_sparse_mla}).",
                           field="--block-size" if user_block_size is not None else "--kv-cache-dtype",
@@ -403,7 +440,11 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
     if is_hybrid and version < Version("0.20"):
         return 16, name, "CacheConfig.DEFAULT_BLOCK_SIZE (hybrid model: update_block_size_for_backend skips it)"
     if is_sparse_mla and is_mla:
+        if rocm:  # DeepseekV32IndexerBackend: kernel block 1 on ROCm (v0.33: [1, MultipleOf(16)])
+            return 16, name, f"CacheConfig.DEFAULT_BLOCK_SIZE: DSA indexer (first layer) and {name} accept 16"
         return 64, name, f"64: first layer is the DSA indexer (kernel block 64), backend {name}"
+    if name == "ROCM_AITER_UNIFIED_ATTN":  # get_preferred_block_size returns 64 (rocm_aiter_unified_attn.py)
+        return 64, name, f"{name} preferred block size 64"
     if _multiple(16, sizes):
         return 16, name, f"CacheConfig.DEFAULT_BLOCK_SIZE, accepted by {name}"
     block = min(sizes)
