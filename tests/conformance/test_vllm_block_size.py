@@ -24,10 +24,19 @@ DEFAULT = tuple(v for v in RELEASES if v in VLLM_DEFAULT)
 CAPS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0), "sm100": (10, 0), "sm103": (10, 3),
         "sm120": (12, 0), "gfx942": (9, 4), "gfx950": (9, 5)}  # ROCm: DeviceCapability of the GCN arch
 BLOCKS = (None, 16, 32, 64, 128, 256)
+# --attention-backend values in the cases (every backend kvscope's tables name)
+CUDA_SELECTABLE = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER_MLA", "CUTLASS_MLA",
+                   "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE")
+CUDA_SELECTABLE_26 = ("TOKENSPEED_MLA", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120")
+CUDA_SELECTABLE_33 = ("FLASH_ATTN_MLA_SPARSE_FA4", "FLASHINFER_MLA_SPARSE_SM90")
+ROCM_SELECTABLE = ("ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "TRITON_ATTN", "TRITON_MLA", "ROCM_AITER_MLA_SPARSE")
 
 
-def _cases(n: int, seed: int) -> List[tuple]:
+def _cases(n: int, seed: int, version: str = "0.19.1") -> List[tuple]:
     rng = random.Random(seed)
+    v = tuple(int(x) for x in version.split(".")[:2])
+    cuda_pool = CUDA_SELECTABLE + (CUDA_SELECTABLE_26 if v >= (0, 26) else ()) + \
+        (CUDA_SELECTABLE_33 if v >= (0, 33) else ())
     grid = []
     for sm in CAPS:
         for kind in ("mha", "mla", "sparse"):
@@ -42,25 +51,27 @@ def _cases(n: int, seed: int) -> List[tuple]:
         sink = kind == "mha" and rng.random() < 0.2
         qk_nope = rng.choice((128, 128, 192, 64)) if kind != "mha" else 128
         hybrid = kind != "sparse" and rng.random() < 0.2
-        out.append((sm, kind, kv, hs, blk, num_heads, sink, qk_nope, hybrid))
+        pool = ROCM_SELECTABLE if sm.startswith("gfx") else cuda_pool
+        selected = rng.choice(pool) if rng.random() < 0.25 else None
+        out.append((sm, kind, kv, hs, blk, num_heads, sink, qk_nope, hybrid, selected))
     return out
 
 
 def _engine_case(sm: str, kind: str, kv: str, hs: int, blk: Optional[int], heads: int, sink: bool,
-                 qk_nope: int, hybrid: bool = False) -> BackendCase:
+                 qk_nope: int, hybrid: bool = False, selected: Optional[str] = None) -> BackendCase:
     return BackendCase(CAPS[sm], use_mla=kind != "mha", use_sparse=kind == "sparse", head_size=hs,
                        kv_cache_dtype=kv, user_block_size=blk, num_heads=heads, has_sink=sink,
                        qk_nope_head_dim=qk_nope, index_topk=kind == "sparse", is_hybrid=hybrid,
-                       rocm_arch=sm if sm.startswith("gfx") else None)
+                       rocm_arch=sm if sm.startswith("gfx") else None, selected=selected)
 
 
 def _kvscope(version: str, sm: str, kind: str, kv: str, hs: int, blk: Optional[int], heads: int, sink: bool,
-             qk_nope: int, hybrid: bool = False):
+             qk_nope: int, hybrid: bool = False, selected: Optional[str] = None):
     try:
         block, backend, _ = default_block_size(
             version_traits(version), gpu_sm=sm, vendor="amd" if sm.startswith("gfx") else "nvidia", is_mla=kind != "mha", is_sparse_mla=kind == "sparse",
             kv_cache_dtype=kv, head_size=hs, num_heads=heads, qk_nope_head_dim=qk_nope, has_sink=sink,
-            user_block_size=blk, is_hybrid=hybrid)
+            user_block_size=blk, is_hybrid=hybrid, selected_backend=selected)
         return backend, block
     except ConfigError:
         return None, None
@@ -70,7 +81,7 @@ def _run(version: str, n: int, seed: int) -> List[str]:
     require_source("vllm", version, backend_members(version))
     eng = engine(version)
     bad = []
-    cases = _cases(n, seed)
+    cases = _cases(n, seed, version)
     for case in cases:
         want = eng.select(_engine_case(*case))
         got = _kvscope(version, *case)
@@ -102,6 +113,6 @@ def test_block_size_known_configs(version: str) -> None:
     for sm, kind, kv in (("sm90", "mla", "auto"), ("sm90", "mla", "fp8"), ("sm100", "mla", "auto"),
                          ("sm120", "mla", "auto"), ("sm90", "sparse", "auto"), ("sm100", "sparse", "fp8"),
                          ("sm100", "mha", "auto"), ("sm90", "mha", "fp8")):
-        case = (sm, kind, kv, 576 if kind != "mha" else 128, None, 16, False, 128, False)
+        case = (sm, kind, kv, 576 if kind != "mha" else 128, None, 16, False, 128, False, None)
         want = eng.select(_engine_case(*case))
         assert (want.backend, want.block_size) == _kvscope(version, *case), case

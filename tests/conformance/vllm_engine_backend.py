@@ -336,6 +336,7 @@ class BackendCase:
     index_topk: bool = False  # the sparse model's hf config has index_topk (DSA)
     is_hybrid: bool = False  # attention + mamba: phase 1 only (phase 2 is kv_cache.py's)
     rocm_arch: Optional[str] = None  # "gfx942" / "gfx950": RocmPlatform, capability 9.4 / 9.5
+    selected: Optional[str] = None  # --attention-backend (AttentionBackendEnum name)
 
 
 @dataclass
@@ -541,8 +542,13 @@ class VllmBackend:
         kw = {k: v for k, v in kw.items() if k in fields}
         cfg = cfg_cls(**kw)
         plat = self.platform
+        selected = None
+        if c.selected is not None:
+            reg = env.module("vllm.v1.attention.backends.registry")
+            selected = reg.AttentionBackendEnum[c.selected]
+            self._current_config.attention_config.backend = selected
         try:
-            path = plat.get_attn_backend_cls(None, cfg, num_heads=c.num_heads)
+            path = plat.get_attn_backend_cls(selected, cfg, num_heads=c.num_heads)
         except ValueError as exc:
             return BackendResult(None, None, str(exc))
         mod, cls_name = path.rsplit(".", 1)

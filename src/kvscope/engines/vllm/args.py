@@ -139,6 +139,7 @@ class VllmFlags:
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     api_server: bool = True  # UsageContext.OPENAI_API_SERVER (vllm serve) vs LLM class
     performance_mode: str = "balanced"  # --performance-mode (v0.19+): "throughput" doubles the defaults
+    attention_backend: str | None = None  # --attention-backend (AttentionBackendEnum name; modelled v0.19+)
 
 
 @dataclass(frozen=True)
@@ -315,7 +316,7 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
     fi_mla = ("FLASHINFER_MLA", (32, 64), dense and major == 10 and mla_kv and qk_nope_head_dim in (64, 128, 192))
     cutlass = ("CUTLASS_MLA", (128,), dense and major == 10 and mla_kv)
     fa_mla = ("FLASH_ATTN_MLA", (16,), dense and major == 9 and plain_kv)
-    flashmla = ("FLASHMLA", (64,), dense and major in (9, 10) and mla_kv)
+    flashmla = ("FLASHMLA", (64,), dense and major == 9 and mla_kv)  # is_flashmla_dense_supported: Hopper
     triton = ("TRITON_MLA", (16,), dense and mla_kv)
     sp = is_sparse_mla and head_size == 576
     fi_sparse = ("FLASHINFER_MLA_SPARSE", (32, 64), sp and major == 10 and mla_kv and qk_nope_head_dim in (128, 192))
@@ -329,7 +330,10 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
                 + [fi_sparse, fm_sparse]
         else:
             sparse = [fm_sparse, fi_sparse]
-        tokenspeed = [("TOKENSPEED_MLA", (32, 64), False)] if v26 else []  # R1 dims + fp8 only [not modelled]
+        # R1 dims (qk_nope 128, rope 64; v_head 128 assumed) + fp8 KV only: FLASHINFER_MLA before it
+        # takes all of these, so it is reached only through --attention-backend
+        tokenspeed = [("TOKENSPEED_MLA", (32, 64), dense and kv in ("fp8", "fp8_e4m3") and qk_nope_head_dim == 128
+                       and head_size == 576)] if v26 else []
         order = [fi_mla] + tokenspeed + [cutlass, fa_mla, flashmla, triton] + sparse
     elif major == 12 and v26:
         order = [triton, ("FLASHINFER_MLA_SPARSE_SM120", (64,) if v33 else (64, 256),
@@ -381,10 +385,20 @@ def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse
     return out
 
 
+# every backend the priority tables above name (``--attention-backend`` outside a GPU's own list:
+# rejected for compute capability or MLA kind, as vLLM's validate_configuration does)
+_CUDA_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER_MLA", "TOKENSPEED_MLA",
+                  "CUTLASS_MLA", "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA", "FLASHINFER_MLA_SPARSE",
+                  "FLASHMLA_SPARSE", "FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4",
+                  "FLASHINFER_MLA_SPARSE_SM90", "FLASHINFER_MLA_SPARSE_SM120")
+_ROCM_BACKENDS = ("ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "TRITON_ATTN", "TRITON_MLA", "ROCM_AITER_MLA_SPARSE")
+
+
 def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvidia", is_mla: bool = False,
                        is_sparse_mla: bool = False, kv_cache_dtype: str = "auto", head_size: int = 128,
                        num_heads: int = 32, qk_nope_head_dim: int | None = 128, has_sink: bool = False,
-                       user_block_size: int | None = None, is_hybrid: bool = False) -> tuple[int, str | None, str]:
+                       user_block_size: int | None = None, is_hybrid: bool = False,
+                       selected_backend: str | None = None) -> tuple[int, str | None, str]:
     """(block_size, backend, source) of vLLM >= 0.19 on CUDA.
 
     * Backend: ``CudaPlatformBase.get_attn_backend_cls`` walks ``_get_backend_priorities``
@@ -426,6 +440,22 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
         cands = _backend_candidates(version, cap, is_mla=is_mla, is_sparse_mla=is_sparse_mla,
                                     kv_cache_dtype=kv_cache_dtype, head_size=head_size, num_heads=num_heads,
                                     qk_nope_head_dim=qk_nope_head_dim, has_sink=has_sink, block=user_block_size)
+    if selected_backend is not None:
+        # get_attn_backend_cls: the selected backend alone is validated; invalid raises
+        sel = selected_backend.upper()
+        hit = next(((n, sz, ok) for n, sz, ok in cands if n == sel), None)
+        if hit is None and sel not in (_ROCM_BACKENDS if rocm else _CUDA_BACKENDS):
+            raise ConfigError(f"--attention-backend {selected_backend}: not modelled by kvscope for "
+                              f"{'ROCm' if rocm else 'CUDA'}", field="--attention-backend",
+                              fix="drop it (kvscope then follows vLLM's priority order)")
+        if hit is None or not hit[2]:
+            # not in this GPU's priority list: wrong compute capability / MLA kind for it
+            raise ConfigError(f"Selected backend AttentionBackendEnum.{sel} is not valid for this configuration "
+                              f"(vLLM {traits.version}, {gpu_sm}, head_size={head_size}, kv_cache_dtype="
+                              f"{kv_cache_dtype}, block_size={user_block_size}, use_mla={is_mla}, "
+                              f"use_sparse={is_sparse_mla}).", field="--attention-backend",
+                              fix="drop --attention-backend or pick a backend this GPU and model support")
+        cands = [hit]
     chosen = next(((n, sz) for n, sz, ok in cands if ok), None)
     if chosen is None:
         raise ConfigError(f"No valid attention backend found for {'rocm' if rocm else 'cuda'} "
@@ -543,6 +573,10 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
     if flags.block_size is not None and flags.block_size < 1:
         raise FlagError("--block-size must be positive", field="--block-size", fix="e.g. 16")
     backend: str | None = None
+    if flags.attention_backend is not None and Version(traits.version) < Version("0.19"):
+        raise FlagError(f"--attention-backend is modelled from vLLM 0.19 (got {traits.version}; 0.10-0.11 "
+                        "read VLLM_ATTENTION_BACKEND, not modelled)", field="--attention-backend",
+                        fix="drop it, or use --engine-version 0.19 or later")
     if traits.classic_block_rule and gpu_sm is not None:
         block, source = block_size_classic(flags.block_size, is_mla=is_mla, gpu_sm=gpu_sm,
                                            is_sparse_mla=is_sparse_mla, traits=traits)
@@ -556,7 +590,8 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
             traits, gpu_sm=gpu_sm, vendor=gpu_vendor, is_mla=is_mla, is_sparse_mla=is_sparse_mla and is_mla,
             kv_cache_dtype=flags.kv_cache_dtype, head_size=head_size or (576 if is_mla else 128),
             num_heads=max(num_attention_heads // tp, 1), qk_nope_head_dim=qk_nope_head_dim,
-            has_sink=has_sink, user_block_size=flags.block_size, is_hybrid=is_hybrid_mamba)
+            has_sink=has_sink, user_block_size=flags.block_size, is_hybrid=is_hybrid_mamba,
+            selected_backend=flags.attention_backend)
     elif flags.block_size is not None:
         block, source = flags.block_size, "flag"
     elif is_mla:

@@ -300,6 +300,7 @@ def add_vllm_arguments(parser) -> None:
     _add(parser, "--max-num-batched-tokens", type=int, default=None)
     _add(parser, "--kv-cache-dtype", default="auto", help=f"one of {', '.join(KV_CACHE_DTYPES)}")
     _add(parser, "--block-size", type=int, default=None)
+    _add(parser, "--attention-backend", default=None, help="vLLM backend name, e.g. FLASHINFER_MLA (v0.19+)")
     _add(parser, "--enforce-eager", action="store_true")
     _add(parser, "--kv-cache-memory-bytes", default=None, help="bytes (40G = 40 GiB, 40g = 40e9)")
     _add(parser, "--num-gpu-blocks-override", type=int, default=None)
@@ -345,7 +346,7 @@ def flags_from_args(args: argparse.Namespace) -> VllmFlags:
         max_num_seqs=g("max_num_seqs"),
         max_num_batched_tokens=g("max_num_batched_tokens"),
         kv_cache_dtype=g("kv_cache_dtype", "auto") or "auto",
-        block_size=g("block_size"),
+        block_size=g("block_size"), attention_backend=g("attention_backend"),
         enforce_eager=bool(g("enforce_eager", False)),
         kv_cache_memory_bytes=parse_human_bytes(kvmb) if kvmb is not None else None,
         num_gpu_blocks_override=g("num_gpu_blocks_override"),
