@@ -12,11 +12,12 @@ from typing import List, Optional
 
 import pytest
 
-from kvscope.engines.vllm.args import default_block_size, version_traits
+from kvscope.engines.vllm.args import default_block_size, mla_cache_dtype, version_traits
 from kvscope.errors import ConfigError
 
 from .conftest import count_cases, require_source
 from .vllm_engine_backend import BackendCase, backend_members, engine
+from .vllm_engine_mem import vtuple
 from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
 
 RELEASES = tuple(v for v in VLLM_VERSIONS if tuple(int(x) for x in v.split(".")[:2]) >= (0, 19))
@@ -72,9 +73,10 @@ def _kvscope(version: str, sm: str, kind: str, kv: str, hs: int, blk: Optional[i
             version_traits(version), gpu_sm=sm, vendor="amd" if sm.startswith("gfx") else "nvidia", is_mla=kind != "mha", is_sparse_mla=kind == "sparse",
             kv_cache_dtype=kv, head_size=hs, num_heads=heads, qk_nope_head_dim=qk_nope, has_sink=sink,
             user_block_size=blk, is_hybrid=hybrid, selected_backend=selected)
-        return backend, block
+        kv_out = mla_cache_dtype(version_traits(version), backend, kv) if kind != "mha" else kv
+        return backend, block, kv_out
     except ConfigError:
-        return None, None
+        return None, None, None
 
 
 def _run(version: str, n: int, seed: int) -> List[str]:
@@ -85,9 +87,9 @@ def _run(version: str, n: int, seed: int) -> List[str]:
     for case in cases:
         want = eng.select(_engine_case(*case))
         got = _kvscope(version, *case)
-        if (want.backend, want.block_size) != got:
-            bad.append(f"{case}: engine {want.backend}/{want.block_size} "
-                       f"{(want.error or '')[:80]} kvscope {got[0]}/{got[1]}")
+        if (want.backend, want.block_size, want.kv_cache_dtype if want.backend else None) != got:
+            bad.append(f"{case}: engine {want.backend}/{want.block_size}/{want.kv_cache_dtype} "
+                       f"{(want.error or '')[:80]} kvscope {got[0]}/{got[1]}/{got[2]}")
     count_cases("vllm", version, "get_attn_backend_cls + update_block_size_for_backend", len(cases))
     return bad
 
@@ -105,14 +107,30 @@ def test_block_size_other_releases(version: str, multiplier: int) -> None:
     assert not bad, f"{len(bad)} mismatches:\n" + "\n".join(bad[:20])
 
 
+KNOWN = {  # (arch, kind, kv) -> (backend, block size, MLA cache dtype), DeepSeek-V3-like MLA (16 heads/rank)
+    ("sm90", "mla", "auto"): ("FLASH_ATTN_MLA", 16, "auto"),
+    ("sm90", "mla", "fp8"): ("FLASHMLA", 64, "fp8"),
+    ("sm100", "mla", "auto"): ("FLASHINFER_MLA", 32, "auto"),
+    ("sm120", "mla", "auto"): ("TRITON_MLA", 16, "auto"),
+    ("sm90", "sparse", "auto"): ("FLASHMLA_SPARSE", 64, "auto"),  # 0.26+: FLASH_ATTN_MLA_SPARSE
+    ("sm90", "sparse", "fp8"): ("FLASHMLA_SPARSE", 64, "fp8_ds_mla"),
+    ("sm100", "sparse", "fp8"): ("FLASHINFER_MLA_SPARSE", 64, "fp8"),
+    ("gfx942", "mha", "auto"): ("ROCM_ATTN", 16, "auto"),
+    ("sm100", "mha", "auto"): ("FLASHINFER", 16, "auto"),
+    ("sm90", "mha", "fp8"): ("FLASH_ATTN", 16, "fp8"),
+}
+
+
 @pytest.mark.parametrize("version", DEFAULT)
 def test_block_size_known_configs(version: str) -> None:
-    """DeepSeek-V3 (MLA 576, 128 heads / TP8 = 16) and Llama (MHA 128) on H100 / B200 / RTX PRO 6000."""
+    """DeepSeek-V3 / V3.2 (MLA 576, 128 heads / TP8 = 16 per rank) and Llama (MHA 128) on H100 / B200 /
+    RTX PRO 6000 / MI300X: the engine and kvscope agree, on the values written here."""
     require_source("vllm", version, backend_members(version))
     eng = engine(version)
-    for sm, kind, kv in (("sm90", "mla", "auto"), ("sm90", "mla", "fp8"), ("sm100", "mla", "auto"),
-                         ("sm120", "mla", "auto"), ("sm90", "sparse", "auto"), ("sm100", "sparse", "fp8"),
-                         ("sm100", "mha", "auto"), ("sm90", "mha", "fp8")):
+    for (sm, kind, kv), want_kvscope in KNOWN.items():
+        if (sm, kind, kv) == ("sm90", "sparse", "auto") and vtuple(version) >= (0, 26):
+            want_kvscope = ("FLASH_ATTN_MLA_SPARSE", 64, "auto")
         case = (sm, kind, kv, 576 if kind != "mha" else 128, None, 16, False, 128, False, None)
         want = eng.select(_engine_case(*case))
-        assert (want.backend, want.block_size) == _kvscope(version, *case), case
+        assert (want.backend, want.block_size, want.kv_cache_dtype) == want_kvscope, case
+        assert _kvscope(version, *case) == want_kvscope, case

@@ -344,6 +344,7 @@ class BackendResult:
     backend: Optional[str]  # backend name of the (first) attention layer
     block_size: Optional[int]
     error: Optional[str] = None
+    kv_cache_dtype: Optional[str] = None  # MLA: cache dtype after MLAAttention's sparse canonicalisation
 
 
 class VllmBackend:
@@ -577,7 +578,35 @@ class VllmBackend:
         cfg_now.model_config.is_hybrid = c.is_hybrid
         self._phase2 = False
         type(plat).update_block_size_for_backend(cfg_now)
-        return BackendResult(name, cfg_now.cache_config.block_size)
+        kv = self._mla_kv_dtype(backend, c.kv_cache_dtype) if c.use_mla else c.kv_cache_dtype
+        return BackendResult(name, cfg_now.cache_config.block_size, kv_cache_dtype=kv)
+
+    def _mla_kv_dtype(self, backend: Any, kv: str) -> str:
+        """``MLAAttention.__init__`` after backend selection: v0.26+
+        ``_canonicalize_sparse_mla_kv_cache_dtype``; before, the inline ``if`` that assigns
+        ``kv_cache_dtype = "fp8_ds_mla"`` (its test evaluated as written)."""
+        env = self.env(self.case.rocm_arch)
+        m = "vllm/model_executor/layers/attention/mla_attention.py"
+        mod = env.module("vllm.model_executor.layers.attention.mla_attention")
+        text = self.src.read(m)
+        tree = _own_tree(text, f"{self.src.label}/{m}")
+        if any(isinstance(n, ast.FunctionDef) and n.name == "_canonicalize_sparse_mla_kv_cache_dtype"
+               for n in tree.body):
+            return mod._canonicalize_sparse_mla_kv_cache_dtype(backend, kv)
+        init = loader.find_def(tree, "MLAAttention.__init__")
+        for node in ast.walk(init):
+            if isinstance(node, ast.If) and any(
+                    isinstance(b, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "kv_cache_dtype"
+                                                      for t in b.targets)
+                    and isinstance(b.value, ast.Constant) and b.value.value == "fp8_ds_mla" for b in node.body):
+                test = compile(ast.Expression(body=node.test), f"{self.src.label}/{m}", "eval")
+                host = types.SimpleNamespace(attn_backend=backend)
+                for n in ast.walk(node.test):  # LOAD_NAME skips __missing__: resolve first
+                    if isinstance(n, ast.Name) and n.id not in ("self", "kv_cache_dtype"):
+                        mod._g[n.id]
+                if eval(test, mod._g, {"self": host, "kv_cache_dtype": kv}):
+                    return "fp8_ds_mla"
+        return kv
 
     def _default_block_size(self) -> int:
         text = self.src.read("vllm/config/cache.py")

@@ -385,6 +385,21 @@ def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse
     return out
 
 
+def mla_cache_dtype(traits: VersionTraits, backend: str | None, kv_cache_dtype: str) -> str:
+    """The MLA cache dtype after backend selection (``MLAAttention.__init__``,
+    vllm/model_executor/layers/attention/mla_attention.py @ v0.19.1 / v0.20.2: FLASHMLA_SPARSE turns
+    any fp8 KV into DeepSeek's ``fp8_ds_mla`` (656 B/token); v0.26.0+
+    ``_canonicalize_sparse_mla_kv_cache_dtype``: the same, and FLASHINFER_MLA_SPARSE_SM120 turns
+    auto / fp8 / fp8_e4m3 into ``fp8_ds_mla``)."""
+    quantized = kv_cache_dtype.startswith("fp8")
+    if backend == "FLASHMLA_SPARSE" and quantized:
+        return "fp8_ds_mla"
+    if backend == "FLASHINFER_MLA_SPARSE_SM120" and Version(traits.version) >= Version("0.26") and \
+            kv_cache_dtype in ("auto", "fp8", "fp8_e4m3"):
+        return "fp8_ds_mla"
+    return kv_cache_dtype
+
+
 # every backend the priority tables above name (``--attention-backend`` outside a GPU's own list:
 # rejected for compute capability or MLA kind, as vLLM's validate_configuration does)
 _CUDA_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER_MLA", "TOKENSPEED_MLA",
@@ -573,6 +588,7 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
     if flags.block_size is not None and flags.block_size < 1:
         raise FlagError("--block-size must be positive", field="--block-size", fix="e.g. 16")
     backend: str | None = None
+    kv_dtype = flags.kv_cache_dtype
     if flags.attention_backend is not None and Version(traits.version) < Version("0.19"):
         raise FlagError(f"--attention-backend is modelled from vLLM 0.19 (got {traits.version}; 0.10-0.11 "
                         "read VLLM_ATTENTION_BACKEND, not modelled)", field="--attention-backend",
@@ -592,6 +608,8 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
             num_heads=max(num_attention_heads // tp, 1), qk_nope_head_dim=qk_nope_head_dim,
             has_sink=has_sink, user_block_size=flags.block_size, is_hybrid=is_hybrid_mamba,
             selected_backend=flags.attention_backend)
+        if is_mla:
+            kv_dtype = mla_cache_dtype(traits, backend, flags.kv_cache_dtype)
     elif flags.block_size is not None:
         block, source = flags.block_size, "flag"
     elif is_mla:
@@ -605,7 +623,7 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
     return VllmArgs(
         traits=traits, tp=tp, pp=pp, dp=dp, ep=flags.enable_expert_parallel,
         gpu_memory_utilization=util, max_model_len=mml, max_model_len_auto=auto,
-        max_num_seqs=seqs, max_num_batched_tokens=mnbt, kv_cache_dtype=flags.kv_cache_dtype,
+        max_num_seqs=seqs, max_num_batched_tokens=mnbt, kv_cache_dtype=kv_dtype,
         block_size=block, block_size_source=source, attention_backend=backend, enforce_eager=flags.enforce_eager,
         kv_cache_memory_bytes=flags.kv_cache_memory_bytes, num_gpu_blocks_override=flags.num_gpu_blocks_override,
         num_speculative_tokens=flags.num_speculative_tokens, speculative_method=flags.speculative_method,
