@@ -134,3 +134,21 @@ def test_block_size_known_configs(version: str) -> None:
         want = eng.select(_engine_case(*case))
         assert (want.backend, want.block_size, want.kv_cache_dtype) == want_kvscope, case
         assert _kvscope(version, *case) == want_kvscope, case
+
+
+@pytest.mark.parametrize("version", DEFAULT)
+def test_block_size_flash_attn_hd256_blackwell(version: str) -> None:
+    """``--attention-backend FLASH_ATTN`` with head 256 on B200: 0.33's FA4 head-256 kernel pages by
+    128 tokens (flash_attn.py ``_get_fa4_hd256_block_size``); a 64-token ``--block-size`` is then
+    refused; fp8 KV falls back to FA2, which takes no fp8 on SM10x."""
+    require_source("vllm", version, backend_members(version))
+    eng = engine(version)
+    new = vtuple(version) >= (0, 33)
+    for kv, blk, sink, want in (("auto", None, False, ("FLASH_ATTN", 128 if new else 16, "auto")),
+                                ("auto", None, True, ("FLASH_ATTN", 128 if new else 16, "auto")),
+                                ("auto", 64, False, (None, None, None) if new else ("FLASH_ATTN", 64, "auto")),
+                                ("fp8", None, False, (None, None, None))):
+        case = ("sm100", "mha", kv, 256, blk, 32, sink, 128, False, "FLASH_ATTN")
+        got = eng.select(_engine_case(*case))
+        assert (got.backend, got.block_size, got.kv_cache_dtype if got.backend else None) == want, case
+        assert _kvscope(version, *case) == want, case

@@ -302,7 +302,11 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
         fx_ok = kv in ("auto", "float16", "bfloat16") and not has_sink
         # v0.33: FA4's SM90 fp8-KV head-512 kernel uses 64-token pages (flash_attn.py
         # _get_sm90_fa4_fp8_kv_block_size): kernel block [64], preferred max(16, 64)
-        fa_sizes = (64,) if (v33 and major == 9 and kv in ("fp8", "fp8_e4m3") and head_size == 512) else (16,)
+        # v0.33: FA4's Blackwell head-256 kernel (uses_fa4_hd256_kernel, FA4_HD256_PAGE_SIZE) pages
+        # by 128 tokens unless the KV cache is quantized (_fa4_hd256_fallback_reason; sinks are not
+        # passed there): kernel block [128], preferred 128
+        fa_sizes = (64,) if (v33 and major == 9 and kv in ("fp8", "fp8_e4m3") and head_size == 512) else \
+            (128,) if (v33 and major in (10, 11) and head_size == 256 and not quant) else (16,)
         fa = ("FLASH_ATTN", fa_sizes, fa_ok)
         fi = ("FLASHINFER", (16, 32, 64), fi_ok)
         order = [fi, fa] if major == 10 else [fa, fi]
@@ -436,9 +440,16 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
       ``HybridAttentionMambaModelConfig`` aligns later); from v0.20.2 phase 1 applies to them too.
       The mamba alignment itself is ``kv_cache.hybrid_kernel_block_alignment``.
 
-    Not modelled (the conformance suite marks them): ROCm backends (taken as 16), FA4's 128-token
-    head-256 pages and the SM90 FP8 head-512 64-token pages (v0.33 FlashAttention), TOKENSPEED_MLA,
-    ``--attention-backend`` / ``VLLM_ATTENTION_BACKEND``, per-model backend overrides (Gemma 4).
+    * ROCm (``vendor="amd"``, ``gpu_sm`` = GCN arch): ``RocmPlatform`` priorities with aiter found
+      and ``VLLM_ROCM_USE_AITER`` off (:func:`_rocm_candidates`); ROCM_AITER_UNIFIED_ATTN prefers 64.
+    * ``selected_backend`` (``--attention-backend``): only that backend is validated; invalid (or
+      not in this GPU's list) raises like vLLM's "Selected backend ... is not valid".
+    * v0.33 FlashAttention pages: FA4 head 256 on SM10x 128, SM90 fp8 head 512 64.
+
+    Not modelled: other platforms (XPU/CPU/TPU: 16, estimated), ``VLLM_ROCM_USE_AITER=1``,
+    per-model backend overrides (Gemma 4), models mixing backends beyond DSA indexer + MLA,
+    ``--attention-config`` options, 0.10/0.11's ``VLLM_ATTENTION_BACKEND``. Conformance:
+    tests/conformance/test_vllm_block_size.py (the releases' own selection code).
     """
     version = Version(traits.version)
     rocm = vendor == "amd" and gpu_sm.startswith("gfx")
