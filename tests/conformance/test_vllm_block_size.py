@@ -24,7 +24,7 @@ RELEASES = tuple(v for v in VLLM_VERSIONS if tuple(int(x) for x in v.split(".")[
 DEFAULT = tuple(v for v in RELEASES if v in VLLM_DEFAULT)
 CAPS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0), "sm100": (10, 0), "sm103": (10, 3),
         "sm120": (12, 0), "gfx942": (9, 4), "gfx950": (9, 5)}  # ROCm: DeviceCapability of the GCN arch
-BLOCKS = (None, 16, 32, 64, 128, 256)
+BLOCKS = (None, 8, 16, 32, 64, 128, 256)
 # --attention-backend values in the cases (every backend kvscope's tables name)
 CUDA_SELECTABLE = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER_MLA", "CUTLASS_MLA",
                    "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE")
@@ -42,7 +42,7 @@ def _cases(n: int, seed: int, version: str = "0.19.1") -> List[tuple]:
     for sm in CAPS:
         for kind in ("mha", "mla", "sparse"):
             kvs = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2") + (("fp8_ds_mla",) if kind != "mha" else ())
-            heads = (64, 80, 96, 128, 192, 256, 512) if kind == "mha" else (576,)
+            heads = (20, 64, 80, 96, 128, 192, 256, 512) if kind == "mha" else (576,)
             for kv, hs, blk in itertools.product(kvs, heads, BLOCKS):
                 grid.append((sm, kind, kv, hs, blk))
     rng.shuffle(grid)
@@ -70,7 +70,8 @@ def _kvscope(version: str, sm: str, kind: str, kv: str, hs: int, blk: Optional[i
              qk_nope: int, hybrid: bool = False, selected: Optional[str] = None):
     try:
         block, backend, _ = default_block_size(
-            version_traits(version), gpu_sm=sm, vendor="amd" if sm.startswith("gfx") else "nvidia", is_mla=kind != "mha", is_sparse_mla=kind == "sparse",
+            version_traits(version), gpu_sm=sm, vendor="amd" if sm.startswith("gfx") else "nvidia",
+            is_mla=kind != "mha", is_sparse_mla=kind == "sparse",
             kv_cache_dtype=kv, head_size=hs, num_heads=heads, qk_nope_head_dim=qk_nope, has_sink=sink,
             user_block_size=blk, is_hybrid=hybrid, selected_backend=selected)
         kv_out = mla_cache_dtype(version_traits(version), backend, kv) if kind != "mha" else kv

@@ -238,11 +238,11 @@ def _multiple(block: int | None, sizes: tuple[int, ...]) -> bool:
 def _flash_attn_valid(version: Version, cap: tuple[int, int], head_size: int, kv: str, has_sink: bool) -> bool:
     """``FlashAttentionBackend.validate_configuration`` (flash_attn.py + fa_utils.py @ v0.19.1 …
     v0.33.0, FA2/FA3/FA4 kernels installed): FA3 on SM9x, FA4 on SM10x (FA2 for heads > 128 except
-    192 there), FA2 elsewhere; heads up to 256 (v0.20+: 512 where FA4 runs: SM9x/10x/11x); sinks
-    need FA3 (v0.20+: FA3/FA4) and SM90+; fp8 KV: FA3 on SM9x (v0.19-v0.20 any fp8 name; v0.26
+    192 there), FA2 elsewhere; heads up to 256 (v0.20.2+: 512 where FA4 runs: SM9x/10x/11x); sinks
+    need FA3 (v0.20.2+: FA3/FA4) and SM90+; fp8 KV: FA3 on SM9x (v0.19-v0.20 any fp8 name; v0.26
     fp8/fp8_e4m3), v0.28+ also FA4 on SM10x for heads <= 128 or 192 (not fp8_e5m2)."""
     major = cap[0]
-    v20, v26, v28, v33 = (version >= Version(x) for x in ("0.20", "0.26", "0.28", "0.33"))
+    v20, v26, v28, v33 = (version >= Version(x) for x in ("0.20.2", "0.26", "0.28", "0.33"))
     fa4_device = major in (9, 10, 11)
     if cap < (8, 0) or head_size % 8:
         return False
@@ -280,8 +280,8 @@ def _flash_attn_valid(version: Version, cap: tuple[int, int], head_size: int, kv
 
 def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool, is_sparse_mla: bool,
                         kv_cache_dtype: str, head_size: int, num_heads: int, qk_nope_head_dim: int | None,
-                        has_sink: bool, block: int | None) -> list[tuple[str, tuple[int, ...], bool]]:
-    """(backend, kernel block sizes, valid) in ``_get_backend_priorities`` order
+                        has_sink: bool, block: int | None) -> list[tuple[str, tuple[int, ...], bool, bool]]:
+    """(backend, kernel block sizes, valid, in the priority list) in ``_get_backend_priorities`` order
     (vllm/platforms/cuda.py @ v0.19.1 … v0.33.0) with each backend's ``validate_configuration``."""
     major = cap[0]
     kv = kv_cache_dtype
@@ -311,9 +311,9 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
         fi = ("FLASHINFER", (16, 32, 64), fi_ok)
         order = [fi, fa] if major == 10 else [fa, fi]
         for name, sizes, ok in order + [("TRITON_ATTN", (16,), tr_ok),
-                                        ("FLEX_ATTENTION", (16,) if v33 else (1,), fx_ok)]:
+                                        ("FLEX_ATTENTION", (16,) if v26 else (1,), fx_ok)]:
             add(name, sizes, ok)
-        return out
+        return [c + (True,) for c in out]
     plain_kv = kv in ("auto", "float16", "bfloat16")
     mla_kv = plain_kv or kv in ("fp8", "fp8_e4m3")
     dense = not is_sparse_mla
@@ -325,13 +325,16 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
     sp = is_sparse_mla and head_size == 576
     fi_sparse = ("FLASHINFER_MLA_SPARSE", (32, 64), sp and major == 10 and mla_kv and qk_nope_head_dim in (128, 192))
     fm_sparse = ("FLASHMLA_SPARSE", (64,), sp and major in (9, 10) and kv in ("auto", "bfloat16", "fp8_ds_mla", "fp8"))
+    fa4_sparse = ("FLASH_ATTN_MLA_SPARSE_FA4", (64,), sp and major == 10 and kv in ("auto", "bfloat16")
+                  and num_heads in (8, 16, 32, 64, 128) and qk_nope_head_dim in (128, 192))
+    # backends outside this GPU's priority list that --attention-backend can still select
+    out_of_list = [fa4_sparse] if v33 else []
     if major == 10:
         if quant:
             sparse = [fi_sparse, fm_sparse]
         elif num_heads <= 16:
-            sparse = ([("FLASH_ATTN_MLA_SPARSE_FA4", (64,), sp and kv in ("auto", "bfloat16") and num_heads in (
-                8, 16, 32, 64, 128) and qk_nope_head_dim in (128, 192))] if v33 else []) \
-                + [fi_sparse, fm_sparse]
+            sparse = [fa4_sparse] if v33 else []
+            sparse += [fi_sparse, fm_sparse]
         else:
             sparse = [fm_sparse, fi_sparse]
         # R1 dims (qk_nope 128, rope 64; v_head 128 assumed) + fp8 KV only: FLASHINFER_MLA before it
@@ -356,11 +359,17 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
             order += [fm_sparse]
     for name, sizes, ok in order:
         add(name, sizes, ok)
-    return out
+    listed = {n for n, _, _ in out}
+    for name, sizes, ok in out_of_list:
+        if name not in listed:
+            add(name, sizes, ok)
+            out[-1] = out[-1] + (False,)  # not in the priority list: only --attention-backend reaches it
+    return [c if len(c) == 4 else c + (True,) for c in out]
 
 
 def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse_mla: bool, kv_cache_dtype: str,
-                     head_size: int, has_sink: bool, block: int | None) -> list[tuple[str, tuple[int, ...], bool]]:
+                     head_size: int, has_sink: bool, block: int | None
+                     ) -> list[tuple[str, tuple[int, ...], bool, bool]]:
     """``RocmPlatform`` ``_get_backend_priorities`` + each backend's ``validate_configuration``
     (vllm/platforms/rocm.py @ v0.19.1 … v0.33.0) with vLLM's env defaults (``VLLM_ROCM_USE_AITER``
     off, so no AITER MLA / AITER FA) and aiter installed (``is_aiter_found_and_supported``: MI300 /
@@ -377,16 +386,16 @@ def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse
     plain = kv in ("auto", "float16", "bfloat16")
     if is_sparse_mla:
         add("ROCM_AITER_MLA_SPARSE", (1,), is_mla and (plain or (v26 and kv in ("fp8", "fp8_e4m3"))))
-        return out
+        return [c + (True,) for c in out]
     if is_mla:
         add("TRITON_MLA", (16,), plain or kv in ("fp8", "fp8_e4m3"))
-        return out
+        return [c + (True,) for c in out]
     mha_kv = plain or kv in _FP8
     add("ROCM_ATTN", (16,), mha_kv and not has_sink and head_size in (32, 64, 80, 96, 128, 160, 192, 224, 256))
     if any(a in gcn_arch for a in ("gfx942", "gfx950")):
         add("ROCM_AITER_UNIFIED_ATTN", (16,), mha_kv and head_size >= 32)
     add("TRITON_ATTN", (16,), mha_kv and head_size >= 32)
-    return out
+    return [c + (True,) for c in out]
 
 
 def mla_cache_dtype(traits: VersionTraits, backend: str | None, kv_cache_dtype: str) -> str:
@@ -418,7 +427,7 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
                        num_heads: int = 32, qk_nope_head_dim: int | None = 128, has_sink: bool = False,
                        user_block_size: int | None = None, is_hybrid: bool = False,
                        selected_backend: str | None = None) -> tuple[int, str | None, str]:
-    """(block_size, backend, source) of vLLM >= 0.19 on CUDA.
+    """(block_size, backend, source) of vLLM >= 0.19 on CUDA and ROCm.
 
     * Backend: ``CudaPlatformBase.get_attn_backend_cls`` walks ``_get_backend_priorities``
       (vllm/platforms/cuda.py @ v0.19.1, v0.20.2, v0.26.0, v0.28.0, v0.33.0) and takes the first
@@ -469,7 +478,7 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
     if selected_backend is not None:
         # get_attn_backend_cls: the selected backend alone is validated; invalid raises
         sel = selected_backend.upper()
-        hit = next(((n, sz, ok) for n, sz, ok in cands if n == sel), None)
+        hit = next(((n, sz, ok) for n, sz, ok, _listed in cands if n == sel), None)
         if hit is None and sel not in (_ROCM_BACKENDS if rocm else _CUDA_BACKENDS):
             raise ConfigError(f"--attention-backend {selected_backend}: not modelled by kvscope for "
                               f"{'ROCm' if rocm else 'CUDA'}", field="--attention-backend",
@@ -481,8 +490,8 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
                               f"{kv_cache_dtype}, block_size={user_block_size}, use_mla={is_mla}, "
                               f"use_sparse={is_sparse_mla}).", field="--attention-backend",
                               fix="drop --attention-backend or pick a backend this GPU and model support")
-        cands = [hit]
-    chosen = next(((n, sz) for n, sz, ok in cands if ok), None)
+        cands = [hit + (True,)]
+    chosen = next(((n, sz) for n, sz, ok, listed in cands if ok and listed), None)
     if chosen is None:
         raise ConfigError(f"No valid attention backend found for {'rocm' if rocm else 'cuda'} "
                           f"(vLLM {traits.version}, {gpu_sm}, "
@@ -493,7 +502,7 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
     name, sizes = chosen
     if user_block_size is not None:
         return user_block_size, name, "flag"
-    if is_hybrid and version < Version("0.20"):
+    if is_hybrid and version < Version("0.20.2"):
         return 16, name, "CacheConfig.DEFAULT_BLOCK_SIZE (hybrid model: update_block_size_for_backend skips it)"
     if is_sparse_mla and is_mla:
         if rocm:  # DeepseekV32IndexerBackend: kernel block 1 on ROCm (v0.33: [1, MultipleOf(16)])
