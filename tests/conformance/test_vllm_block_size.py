@@ -41,7 +41,8 @@ def _cases(n: int, seed: int, version: str = "0.19.1") -> List[tuple]:
     grid = []
     for sm in CAPS:
         for kind in ("mha", "mla", "sparse"):
-            kvs = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2") + (("fp8_ds_mla",) if kind != "mha" else ())
+            kvs = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2") + \
+                (("fp8_ds_mla",) if kind != "mha" else ())
             heads = (20, 64, 80, 96, 128, 192, 256, 512) if kind == "mha" else (576,)
             for kv, hs, blk in itertools.product(kvs, heads, BLOCKS):
                 grid.append((sm, kind, kv, hs, blk))
