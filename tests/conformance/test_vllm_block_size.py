@@ -154,3 +154,30 @@ def test_block_size_flash_attn_hd256_blackwell(version: str) -> None:
         got = eng.select(_engine_case(*case))
         assert (got.backend, got.block_size, got.kv_cache_dtype if got.backend else None) == want, case
         assert _kvscope(version, *case) == want, case
+
+
+CLASSIC_16 = ("0.16.0", "0.17.0")  # MLA block rule of check_and_update_config between 0.11 and 0.19
+
+
+@pytest.mark.conformance_full
+@pytest.mark.parametrize("version", CLASSIC_16)
+def test_block_size_check_and_update_config_016(version: str) -> None:
+    """0.16/0.17 still force the MLA block size in ``CudaPlatformBase.check_and_update_config``
+    (Blackwell FlashInfer-MLA 64 unless 32 or a multiple of 64, CUTLASS-MLA 128, Hopper FlashMLA
+    64, sparse 64), run from the release against ``args.block_size_classic``."""
+    from kvscope.engines.vllm.args import block_size_classic
+
+    from .vllm_engine_backend import check_and_update_block_size
+    require_source("vllm", version, backend_members(version))
+    traits = version_traits(version)
+    n = 0
+    for sm, (kind, qk, blk) in itertools.product(
+            ("sm80", "sm89", "sm90", "sm100", "sm103", "sm120"),
+            itertools.product(("mha", "mla", "sparse"), (64, 128, 192), BLOCKS[1:] + (None,))):
+        c = _engine_case(sm, kind, "auto", 576 if kind != "mha" else 128, blk, 16, False, qk)
+        want = check_and_update_block_size(version, c)
+        got, _ = block_size_classic(blk, is_mla=kind != "mha", gpu_sm=sm, is_sparse_mla=kind == "sparse",
+                                    traits=traits, qk_nope_head_dim=qk)
+        assert got == want, (sm, kind, qk, blk)
+        n += 1
+    count_cases("vllm", version, "check_and_update_config (block size, 0.16-0.18 rule)", n)

@@ -618,7 +618,7 @@ class VllmBackend:
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
                     node.target.id == "DEFAULT_BLOCK_SIZE":
                 return ast.literal_eval(node.value)
-        raise KeyError("CacheConfig.DEFAULT_BLOCK_SIZE")
+        return 16  # before 0.19 (no DEFAULT_BLOCK_SIZE): check_and_update_config sets 16 itself
 
 
 class _nullctx:
@@ -645,7 +645,7 @@ _MEMBERS = (
     "vllm/v1/attention/backends/rocm_aiter_unified_attn.py", "vllm/v1/attention/backends/rocm_attn.py",
     "vllm/v1/attention/backends/rocm_octave_attn.py", "vllm/v1/attention/backends/triton_attn.py",
     "vllm/v1/attention/backends/turboquant_attn.py", "vllm/v1/attention/backends/ultraquant_attn.py",
-    "vllm/v1/attention/ops/flashmla.py", "vllm/v1/attention/selector.py", "vllm/v1/kv_cache_interface.py",
+    "vllm/v1/attention/ops/flashmla.py", "vllm/attention/ops/flashmla.py", "vllm/v1/attention/selector.py", "vllm/v1/kv_cache_interface.py",
     "vllm/vllm_flash_attn/cute/interface.py", "vllm/vllm_flash_attn/flash_attn_interface.py",
 )
 
@@ -659,3 +659,30 @@ def backend_members(version: str) -> Tuple[str, ...]:
 @functools.lru_cache(maxsize=None)
 def engine(version: str) -> VllmBackend:
     return VllmBackend(version)
+
+
+# ---------------------------------------------------------------------------------------------
+# 0.16-0.18: the block size is still forced in CudaPlatformBase.check_and_update_config
+# ---------------------------------------------------------------------------------------------
+
+def check_and_update_block_size(version: str, c: BackendCase) -> int:
+    """``cache_config.block_size`` after the release's ``CudaPlatformBase.check_and_update_config``
+    (no ``--attention-backend``; FlashMLA compiled in), for ``c``'s capability / MLA / sparse /
+    ``qk_nope_head_dim`` / ``--block-size``."""
+    eng = engine(version)
+    env = eng.env(None)
+    eng.case = c
+    plat = type(eng.platform)
+    hf = types.SimpleNamespace(qk_nope_head_dim=c.qk_nope_head_dim,
+                               **({"index_topk": 2048} if c.index_topk else {}))
+    cfg = types.SimpleNamespace(
+        parallel_config=types.SimpleNamespace(worker_cls="auto"),
+        model_config=types.SimpleNamespace(use_mla=c.use_mla, hf_config=hf, hf_text_config=hf,
+                                           is_mm_prefix_lm=False),
+        cache_config=types.SimpleNamespace(block_size=c.user_block_size),
+        attention_config=types.SimpleNamespace(backend=None),
+        scheduler_config=types.SimpleNamespace(is_multimodal_model=False, disable_chunked_mm_input=False),
+    )
+    eng._current_config = cfg
+    plat.check_and_update_config(cfg)
+    return cfg.cache_config.block_size

@@ -61,6 +61,8 @@ class VersionTraits:
     classic_block_rule: bool = False  # block size set in CudaPlatformBase.check_and_update_config (0.10-0.11);
     #   from 0.19 the attention-backend registry (Platform.update_block_size_for_backend) decides
     sparse_mla_block_64: bool = True  # index_topk (DSA) models forced to 64 (platforms/cuda.py @ v0.11.0)
+    mla_block_rule_16: bool = True  # check_and_update_config's MLA rule of v0.16.0/v0.17.0 (Blackwell family
+    #   FlashInfer-MLA / CUTLASS-MLA, "% 64" / "% 128" tests); the 0.10-0.11 rule before (0.13/0.14 not read)
     external_weight_budget: bool = True  # request_memory(external_weight_memory) (v1/worker/utils.py @ v0.33.0)
 
 
@@ -111,6 +113,7 @@ def version_traits(version: str | None) -> VersionTraits:
         transformers_v5=at_least("0.26"),
         classic_block_rule=not at_least("0.19"),
         sparse_mla_block_64=at_least("0.11"),
+        mla_block_rule_16=at_least("0.16"),
         external_weight_budget=at_least("0.33"),
     )
 
@@ -200,12 +203,30 @@ def batch_defaults(gpu_memory_bytes: int, gpu_name: str, traits: VersionTraits, 
 
 
 def block_size_classic(user: int | None, *, is_mla: bool, gpu_sm: str, is_sparse_mla: bool,
-                       traits: VersionTraits) -> tuple[int, str]:
+                       traits: VersionTraits, qk_nope_head_dim: int | None = 128) -> tuple[int, str]:
     """``CudaPlatformBase.check_and_update_config`` (vllm/platforms/cuda.py @ v0.10.1.1 / v0.11.0,
     no ``VLLM_ATTENTION_BACKEND``): unset -> 16; MLA on compute capability 10.0 -> CUTLASS_MLA,
     forced 128; MLA on 9.x -> FlashMLA, forced 64; from v0.11.0 a sparse (``index_topk``) MLA model
-    is forced to 64 last. The forced sizes override ``--block-size``."""
+    is forced to 64 last. The forced sizes override ``--block-size``. v0.16.0 / v0.17.0 (no
+    ``--attention-backend``): see the ``mla_block_rule_16`` branch (multiples are kept)."""
     block, source = (user, "flag") if user is not None else (16, "CacheConfig default (platforms/cuda.py)")
+    if is_mla and traits.mla_block_rule_16:
+        # v0.16.0 / v0.17.0: Blackwell family (10.x) dense MLA -> FlashInfer-MLA when qk_nope_head_dim
+        # is 128 (block kept if 32 or a multiple of 64, else 64), else CUTLASS-MLA (multiple of 128,
+        # else 128); otherwise FlashMLA where dense FlashMLA runs (Hopper: multiple of 64, else 64);
+        # sparse (index_topk) forced to 64 (FlashMLA sparse) last.
+        cap = _cap(gpu_sm)
+        if cap is not None and cap[0] == 10 and not is_sparse_mla and qk_nope_head_dim == 128:
+            if block != 32 and block % 64:
+                block, source = 64, "forced 64 for FlashInfer-MLA (Blackwell)"
+        elif cap is not None and cap[0] == 10 and not is_sparse_mla:
+            if block % 128:
+                block, source = 128, "forced 128 for CUTLASS_MLA (Blackwell)"
+        elif cap is not None and cap[0] == 9 and block % 64:
+            block, source = 64, "forced 64 for FlashMLA (Hopper)"
+        if is_sparse_mla and block != 64:
+            block, source = 64, "forced 64 for FlashMLASparse"
+        return block, source
     if is_mla:
         if gpu_sm == "sm100":
             block, source = 128, "forced 128 for CUTLASS_MLA (Blackwell sm100)"
@@ -615,7 +636,8 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
                         fix="drop it, or use --engine-version 0.19 or later")
     if traits.classic_block_rule and gpu_sm is not None:
         block, source = block_size_classic(flags.block_size, is_mla=is_mla, gpu_sm=gpu_sm,
-                                           is_sparse_mla=is_sparse_mla, traits=traits)
+                                           is_sparse_mla=is_sparse_mla, traits=traits,
+                                           qk_nope_head_dim=qk_nope_head_dim)
     elif is_deepseek_v4:
         # DeepSeek-V4's own backends (deepseek_v4.py): DeepseekSparseSWABackend prefers 256
         block, source = (flags.block_size, "flag") if flags.block_size is not None else \
