@@ -20,7 +20,9 @@ from .vllm_engine_backend import BackendCase, backend_members, engine
 from .vllm_engine_mem import vtuple
 from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
 
-RELEASES = tuple(v for v in VLLM_VERSIONS if tuple(int(x) for x in v.split(".")[:2]) >= (0, 19))
+# 0.24.0 and 0.30.0 (not in wheels.VLLM_VERSIONS) pin the boundaries between 0.20.2/0.26.0 and 0.28.0/0.33.0
+RELEASES = tuple(sorted({v for v in VLLM_VERSIONS if tuple(int(x) for x in v.split(".")[:2]) >= (0, 19)}
+                        | {"0.24.0", "0.30.0"}, key=lambda v: tuple(int(x) for x in v.split("."))))
 DEFAULT = tuple(v for v in RELEASES if v in VLLM_DEFAULT)
 CAPS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0), "sm100": (10, 0), "sm103": (10, 3),
         "sm120": (12, 0), "gfx942": (9, 4), "gfx950": (9, 5)}  # ROCm: DeviceCapability of the GCN arch
@@ -28,16 +30,17 @@ BLOCKS = (None, 8, 16, 32, 64, 128, 256)
 # --attention-backend values in the cases (every backend kvscope's tables name)
 CUDA_SELECTABLE = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "FLASHINFER_MLA", "CUTLASS_MLA",
                    "FLASH_ATTN_MLA", "FLASHMLA", "TRITON_MLA", "FLASHINFER_MLA_SPARSE", "FLASHMLA_SPARSE")
-CUDA_SELECTABLE_26 = ("TOKENSPEED_MLA", "FLASH_ATTN_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120")
-CUDA_SELECTABLE_33 = ("FLASH_ATTN_MLA_SPARSE_FA4", "FLASHINFER_MLA_SPARSE_SM90")
+CUDA_SELECTABLE_SINCE = {(0, 24): ("TOKENSPEED_MLA", "FLASHINFER_MLA_SPARSE_SM120"),
+                         (0, 26): ("FLASH_ATTN_MLA_SPARSE",), (0, 30): ("FLASHINFER_MLA_SPARSE_SM90",),
+                         (0, 33): ("FLASH_ATTN_MLA_SPARSE_FA4",)}
 ROCM_SELECTABLE = ("ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "TRITON_ATTN", "TRITON_MLA", "ROCM_AITER_MLA_SPARSE")
 
 
 def _cases(n: int, seed: int, version: str = "0.19.1") -> List[tuple]:
     rng = random.Random(seed)
     v = tuple(int(x) for x in version.split(".")[:2])
-    cuda_pool = CUDA_SELECTABLE + (CUDA_SELECTABLE_26 if v >= (0, 26) else ()) + \
-        (CUDA_SELECTABLE_33 if v >= (0, 33) else ())
+    cuda_pool = CUDA_SELECTABLE + tuple(n for since, names in CUDA_SELECTABLE_SINCE.items() if v >= since
+                                        for n in names)
     grid = []
     for sm in CAPS:
         for kind in ("mha", "mla", "sparse"):
@@ -140,12 +143,12 @@ def test_block_size_known_configs(version: str) -> None:
 
 @pytest.mark.parametrize("version", DEFAULT)
 def test_block_size_flash_attn_hd256_blackwell(version: str) -> None:
-    """``--attention-backend FLASH_ATTN`` with head 256 on B200: 0.33's FA4 head-256 kernel pages by
+    """``--attention-backend FLASH_ATTN`` with head 256 on B200: 0.30+'s FA4 head-256 kernel pages by
     128 tokens (flash_attn.py ``_get_fa4_hd256_block_size``); a 64-token ``--block-size`` is then
     refused; fp8 KV falls back to FA2, which takes no fp8 on SM10x."""
     require_source("vllm", version, backend_members(version))
     eng = engine(version)
-    new = vtuple(version) >= (0, 33)
+    new = vtuple(version) >= (0, 30)
     for kv, blk, sink, want in (("auto", None, False, ("FLASH_ATTN", 128 if new else 16, "auto")),
                                 ("auto", None, True, ("FLASH_ATTN", 128 if new else 16, "auto")),
                                 ("auto", 64, False, (None, None, None) if new else ("FLASH_ATTN", 64, "auto")),

@@ -263,7 +263,9 @@ def _flash_attn_valid(version: Version, cap: tuple[int, int], head_size: int, kv
     need FA3 (v0.20.2+: FA3/FA4) and SM90+; fp8 KV: FA3 on SM9x (v0.19-v0.20 any fp8 name; v0.26
     fp8/fp8_e4m3), v0.28+ also FA4 on SM10x for heads <= 128 or 192 (not fp8_e5m2)."""
     major = cap[0]
-    v20, v26, v28, v33 = (version >= Version(x) for x in ("0.20.2", "0.26", "0.28", "0.33"))
+    # v26: behaviour read in 0.24.0 and 0.26.0 (absent in 0.20.2)
+    # v30: FA4's Blackwell head-256 kernel (read in 0.30.0, absent in 0.28.0)
+    v20, v26, v28, v30, v33 = (version >= Version(x) for x in ("0.20.2", "0.24", "0.28", "0.30", "0.33"))
     fa4_device = major in (9, 10, 11)
     if cap < (8, 0) or head_size % 8:
         return False
@@ -275,7 +277,7 @@ def _flash_attn_valid(version: Version, cap: tuple[int, int], head_size: int, kv
             return 4 if (v28 and head is not None and head > 256) else 3  # FA3 -> FA4 upgrade
         if major == 10:
             # head 192 keeps FA4 only with a 128 V head (v0.28+ passes head_size_v = head_size)
-            if head is not None and head > 128 and not (head == 192 and not v28) and not (v33 and head == 256):
+            if head is not None and head > 128 and not (head == 192 and not v28) and not (v30 and head == 256):
                 return 2
             return 4
         return 2
@@ -292,7 +294,7 @@ def _flash_attn_valid(version: Version, cap: tuple[int, int], head_size: int, kv
     if kv not in ("fp8", "fp8_e4m3"):
         return False
     ver = fa_version(head_size)
-    if v33 and major == 10 and head_size == 256:
+    if v30 and major == 10 and head_size == 256:
         return False  # FA4's head-256 kernel does not take a quantized KV cache: FA2
     if major == 9:
         return ver == 3 or (v33 and ver == 4 and head_size == 512)
@@ -307,7 +309,9 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
     major = cap[0]
     kv = kv_cache_dtype
     quant = kv in _FP8 or kv == "fp8_ds_mla"
-    v26, v28, v33 = version >= Version("0.26"), version >= Version("0.28"), version >= Version("0.33")
+    # v26: read in 0.24.0 and 0.26.0 (absent in 0.20.2); v30: read in 0.30.0 (absent in 0.28.0)
+    v26, v28, v33 = version >= Version("0.24"), version >= Version("0.28"), version >= Version("0.33")
+    v30 = version >= Version("0.30")
     out: list[tuple[str, tuple[int, ...], bool]] = []
 
     def add(name: str, sizes: tuple[int, ...], ok: bool) -> None:
@@ -316,18 +320,18 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
     if not is_mla:
         fa_ok = _flash_attn_valid(version, cap, head_size, kv, has_sink)
         fi_heads = (64, 128, 256, 512) if v26 else (64, 128, 256)
-        fi_sink = not has_sink or major == 10 or (v28 and major == 12) or (v33 and cap == (9, 0))
+        fi_sink = not has_sink or major == 10 or (v28 and major == 12) or (v30 and cap == (9, 0))
         fi_ok = (8, 0) <= cap <= (12, 1) and head_size in fi_heads and kv in ("auto", "float16", "bfloat16") + _FP8 \
             and fi_sink
         tr_ok = head_size >= 32 and kv in ("auto", "float16", "bfloat16") + _FP8
         fx_ok = kv in ("auto", "float16", "bfloat16") and not has_sink
         # v0.33: FA4's SM90 fp8-KV head-512 kernel uses 64-token pages (flash_attn.py
         # _get_sm90_fa4_fp8_kv_block_size): kernel block [64], preferred max(16, 64)
-        # v0.33: FA4's Blackwell head-256 kernel (uses_fa4_hd256_kernel, FA4_HD256_PAGE_SIZE) pages
+        # v0.30+: FA4's Blackwell head-256 kernel (uses_fa4_hd256_kernel, FA4_HD256_PAGE_SIZE) pages
         # by 128 tokens unless the KV cache is quantized (_fa4_hd256_fallback_reason; sinks are not
         # passed there): kernel block [128], preferred 128
         fa_sizes = (64,) if (v33 and major == 9 and kv in ("fp8", "fp8_e4m3") and head_size == 512) else \
-            (128,) if (v33 and major in (10, 11) and head_size == 256 and not quant) else (16,)
+            (128,) if (v30 and major in (10, 11) and head_size == 256 and not quant) else (16,)
         fa = ("FLASH_ATTN", fa_sizes, fa_ok)
         fi = ("FLASHINFER", (16, 32, 64), fi_ok)
         order = [fi, fa] if major == 10 else [fa, fi]
@@ -369,9 +373,11 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
     else:
         order = [fa_mla, flashmla, fi_mla, triton]
         if v26:
-            fa_sparse = ("FLASH_ATTN_MLA_SPARSE", (64,), sp and major == 9 and plain_kv)
-            order += [fa_sparse, fm_sparse]
-            if v33:  # FLASHINFER_MLA_SPARSE_SM90: first for head 512, last otherwise
+            if version >= Version("0.26"):  # FLASH_ATTN_MLA_SPARSE: not in 0.24.0's list
+                fa_sparse = ("FLASH_ATTN_MLA_SPARSE", (64,), sp and major == 9 and plain_kv)
+                order += [fa_sparse]
+            order += [fm_sparse]
+            if v30:  # FLASHINFER_MLA_SPARSE_SM90: first for head 512, last otherwise
                 fi90 = ("FLASHINFER_MLA_SPARSE_SM90", (64,), is_sparse_mla and head_size in (512, 576)
                         and major == 9 and kv in ("auto", "bfloat16", "fp8", "fp8_e4m3"))
                 order = order[:4] + ([fi90] if head_size == 512 else []) + order[4:] + \
@@ -398,7 +404,7 @@ def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse
     ROCM_ATTN (heads 32-256 listed, no sinks), ROCM_AITER_UNIFIED_ATTN (heads >= 32, sinks; prefers
     64), TRITON_ATTN."""
     kv = kv_cache_dtype
-    v26 = version >= Version("0.26")
+    v26 = version >= Version("0.24")  # read in 0.24.0 and 0.26.0
     out: list[tuple[str, tuple[int, ...], bool]] = []
 
     def add(name: str, sizes: tuple[int, ...], ok: bool) -> None:
@@ -422,13 +428,13 @@ def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse
 def mla_cache_dtype(traits: VersionTraits, backend: str | None, kv_cache_dtype: str) -> str:
     """The MLA cache dtype after backend selection (``MLAAttention.__init__``,
     vllm/model_executor/layers/attention/mla_attention.py @ v0.19.1 / v0.20.2: FLASHMLA_SPARSE turns
-    any fp8 KV into DeepSeek's ``fp8_ds_mla`` (656 B/token); v0.26.0+
+    any fp8 KV into DeepSeek's ``fp8_ds_mla`` (656 B/token); v0.24.0 / v0.26.0+
     ``_canonicalize_sparse_mla_kv_cache_dtype``: the same, and FLASHINFER_MLA_SPARSE_SM120 turns
     auto / fp8 / fp8_e4m3 into ``fp8_ds_mla``)."""
     quantized = kv_cache_dtype.startswith("fp8")
     if backend == "FLASHMLA_SPARSE" and quantized:
         return "fp8_ds_mla"
-    if backend == "FLASHINFER_MLA_SPARSE_SM120" and Version(traits.version) >= Version("0.26") and \
+    if backend == "FLASHINFER_MLA_SPARSE_SM120" and Version(traits.version) >= Version("0.24") and \
             kv_cache_dtype in ("auto", "fp8", "fp8_e4m3"):
         return "fp8_ds_mla"
     return kv_cache_dtype
@@ -474,7 +480,7 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
       and ``VLLM_ROCM_USE_AITER`` off (:func:`_rocm_candidates`); ROCM_AITER_UNIFIED_ATTN prefers 64.
     * ``selected_backend`` (``--attention-backend``): only that backend is validated; invalid (or
       not in this GPU's list) raises like vLLM's "Selected backend ... is not valid".
-    * v0.33 FlashAttention pages: FA4 head 256 on SM10x 128, SM90 fp8 head 512 64.
+    * FlashAttention pages: FA4 head 256 on SM10x 128 (v0.30+), SM90 fp8 head 512 64 (v0.33).
 
     Not modelled: other platforms (XPU/CPU/TPU: 16, estimated), ``VLLM_ROCM_USE_AITER=1``,
     per-model backend overrides (Gemma 4), models mixing backends beyond DSA indexer + MLA,
