@@ -46,7 +46,6 @@ class VersionTraits:
     group_size_max_heuristic: bool  # group_size = max when max < 1.5 min (kv_cache_utils.py @ v0.19.0)
     sampler_sorts_vocab: bool  # top-k/top-p by full torch sort (< v0.17.0 topk_topp_sampler.py)
     large_gpu_batch_tier: bool  # >= 160 GiB GPUs: API server max_num_batched_tokens 16384 (arg_utils @ v0.28)
-    mla_hybrid_alignment: int  # kernel block alignment for MLA in hybrid mamba models (64; 128 @ v0.33)
     # --- read by tests/conformance/test_vllm_memory.py against the wheels (first read wheel named;
     # boundaries between two read wheels sit at the later one) ---
     kv_cache_memory_bytes_flag: bool = True  # CacheConfig.kv_cache_memory_bytes (cache.py @ v0.11.0; not 0.10.2)
@@ -103,7 +102,6 @@ def version_traits(version: str | None) -> VersionTraits:
         group_size_max_heuristic=at_least("0.19"),
         sampler_sorts_vocab=not at_least("0.17"),
         large_gpu_batch_tier=at_least("0.28"),
-        mla_hybrid_alignment=128 if at_least("0.33") else 64,
         kv_cache_memory_bytes_flag=at_least("0.11"),
         util_pydantic_bounds=at_least("0.19"),
         batch_defaults_v2=at_least("0.19"),
