@@ -56,7 +56,7 @@ def register(sub) -> None:
     g.add_argument("--kv-cache-dtype", default="auto")
     g.add_argument("--page-size", type=int, default=None)
     g.add_argument("--attention-backend", default=None,
-                   help="as passed to SGLang (default: what SGLang picks for the GPU and model)")
+                   help="as passed to the engine (default: what SGLang / vLLM picks for the GPU and model)")
     g.add_argument("--max-running-requests", type=int, default=None)
     g.add_argument("--max-total-tokens", type=int, default=None)
     g.add_argument("--chunked-prefill-size", type=int, default=None)
