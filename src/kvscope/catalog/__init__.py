@@ -112,9 +112,15 @@ def load_model_source(ref: str) -> ModelSource:
         return _from_dir(ref, path, str(path), {}, checkpoint=True)
     d = _index().get(ref.strip().lower())
     if d is None:
+        from . import hub
+
+        cfg, hq, why = hub.fetch_config(ref.strip())
+        if cfg is not None:
+            return ModelSource(ref=ref, name=ref.strip(), config=cfg, hf_quant_config=hq, checkpoint_dir=None,
+                               meta={"source": f"huggingface hub: {ref.strip()}/config.json"})
         close = difflib.get_close_matches(ref.lower(), list(_index()), n=3, cutoff=0.6)
         hint = f"did you mean {', '.join(close)}?" if close else "pass a local config.json or checkpoint dir"
-        raise ConfigError(f"unknown model {ref!r} (not a file, a directory, or a bundled model id)",
+        raise ConfigError(f"unknown model {ref!r} (not a file, a directory, or a bundled model id; {why})",
                           field="model", fix=hint)
     meta = _read_json(d / "meta.json") if (d / "meta.json").exists() else {}
     return _from_dir(ref, d, meta.get("hf_id") or d.name.replace("--", "/", 1), meta, checkpoint=False)
