@@ -516,9 +516,7 @@ class SglangLogParser:
             lg.launch_evidence = ev
             return True
         if key == "Custom allreduce is disabled":
-            reason = "pcie" if "PCIe-only" in line else "p2p" if "P2P" in line else \
-                "world_size" if "world size" in line else "nodes" if "nodes" in line else "other"
-            self._event("custom_ar_disabled", {"reason": reason}, ev)
+            self._event("custom_ar_disabled", {"reason": custom_ar_disabled_reason(line)}, ev)
             return True
         if key in ("out of memory", "OutOfMemoryError"):
             if not RE_OOM.search(line):
@@ -645,6 +643,13 @@ class SglangLogParser:
 
     def result(self) -> SglangLog:
         return self.log
+
+
+def custom_ar_disabled_reason(line: str) -> str:
+    """Why "Custom allreduce is disabled" (same warning texts in SGLang's and vLLM's
+    custom_all_reduce.py): more than two PCIe-only GPUs, no P2P, world size, several nodes."""
+    return ("pcie" if "PCIe-only" in line else "p2p" if "P2P" in line else
+            "world_size" if "world size" in line else "nodes" if "nodes" in line else "other")
 
 
 def version_specifier(markers: set[str], table: dict[str, str] | None = None) -> str:

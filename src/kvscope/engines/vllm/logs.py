@@ -34,6 +34,7 @@ from ..sglang.logs import (
     literal,
     parse_kv_repr,
 )
+from ..sglang.logs import custom_ar_disabled_reason
 from ..sglang.logs import version_specifier as _version_specifier
 
 ENGINE = "vllm"
@@ -570,9 +571,7 @@ class VllmLogParser:
             self.log.launch_evidence = ev
             return True
         if key == "Custom allreduce is disabled":
-            reason = "pcie" if "PCIe-only" in line else "p2p" if "P2P" in line else \
-                "world_size" if "world size" in line else "nodes" if "nodes" in line else "other"
-            self._event("custom_ar_disabled", {"reason": reason}, ev)
+            self._event("custom_ar_disabled", {"reason": custom_ar_disabled_reason(line)}, ev)
             return True
         if key in ("out of memory", "OutOfMemoryError"):
             if not RE_OOM.search(line):
