@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ...hardware.gpus import GPU
+from ...hardware.overhead import NCCL_INIT_BYTES_EST, fabric_class
 from ...model.spec import ModelSpec
 from ...units import GiB, MiB
 from . import kv_cache as kvc
@@ -100,9 +101,25 @@ SAMPLER_BYTES_PER_LOGIT = 14.9
 # Before v0.17.0 top-k/top-p sorted the full vocab (values fp32 + int64 indices + scatter copy):
 # Qwen3-14B at 0.16.0 printed 5.64 GiB -> 38.4 B/logit.
 SAMPLER_SORT_BYTES_PER_LOGIT = 38.4
-# Forward peak per token, in hidden-size units of the model dtype, beyond the MLP/MoE buffers:
-# residual, normed input, attention output, qkv and the kept hidden states (fit: Mixtral TP2 1.21 GiB).
-FORWARD_HIDDEN_COPIES = 7
+# Forward peak per token, in hidden-size units of the model dtype, beyond the MLP/MoE buffers.
+# Dense: at the MLP peak of a decoder layer the residual, the normed input and the MLP output are live
+# next to gate_up (2I/tp) and the activation output (I/tp): 3 (mechanism; held out: the V0 RTX 3090
+# Llama-3.1-8B logs of vllm#10517, 2.07 GiB at 20,000 tokens and 2.99 GiB at 29,000, estimated 2.06 / 2.99).
+# Fused MoE: more hidden-sized buffers (topk ids/weights, sorted-token and dtype copies) next to the
+# expert caches: 7 (fit, in-sample: Mixtral TP2 1.21 GiB, vLLM 0.19 llm-d log). Estimated.
+FORWARD_HIDDEN_COPIES_DENSE = 3
+FORWARD_HIDDEN_COPIES_MOE = 7
+FORWARD_HIDDEN_COPIES = FORWARD_HIDDEN_COPIES_MOE  # the previous single constant (kept for importers)
+
+
+# non_torch_increase at TP1 (estimated): logs 0.13 (Qwen3-14B, H100 v0.16/0.17), 0.25 (Llama-3.1-8B,
+# H100 v0.19), 0.16 / 0.35 (V0 H100 / RTX 3090).
+NON_TORCH_BASE_BYTES_EST = int(0.2 * GiB)
+# Extra non-torch memory at the first large all-reduce with TP/PP > 1, per fabric class (estimated):
+# NVLink fit on the training log lld-vllm-gptoss20b-h100-tp2 (2.07 - 0.2 = 1.87 GiB; held out: Mixtral
+# TP2 2.07, vllm#10511 TP2 - TP1 = 1.79); PCIe: the PCIe NCCL figure of hardware/overhead.py (0.04 GiB,
+# fit on the L4 TP4 SGLang log; held out: vllm#14447 RTX 3090 TP4 0.20 GiB in all).
+NON_TORCH_NCCL_FIRST_USE_BYTES_EST = {"nvlink": int(1.87 * GiB), "pcie": NCCL_INIT_BYTES_EST["pcie"]}
 
 
 def vocab_padded(vocab: int) -> int:
@@ -115,9 +132,11 @@ def activation_peak_estimate(spec: ModelSpec, a: VllmArgs, *, is_last_pp_stage: 
     dummy sampler at ``min(max_num_seqs, max_num_batched_tokens)`` requests x vocab) plus the hidden
     states held across both (gpu_model_runner.py ``profile_run`` / ``_dummy_sampler_run`` @ v0.19.0).
 
-    Forward: dense MLP gate_up + act (3 x I/tp per token) or fused-MoE caches
-    (topk x (2I + I)/tp + topk x H per token), plus ``FORWARD_HIDDEN_COPIES`` x H.
-    Estimated; bounds -30 % / +50 % (the fit residuals on the H100 logs are within 5 %).
+    Forward: dense MLP gate_up + act (3 x I/tp per token) plus ``FORWARD_HIDDEN_COPIES_DENSE`` x H,
+    or fused-MoE caches (topk x (2I + I)/tp + topk x H per token) plus ``FORWARD_HIDDEN_COPIES_MOE`` x H.
+    The same shape holds for V0's ``profile_run`` (``max_num_seqs`` dummy sequences, sampler over
+    the vocab with the sorting top-k/top-p: vllm/worker/model_runner.py @ v0.6.4).
+    Estimated; bounds -30 % / +50 % (residuals on the logs: docs/overheads-accuracy.md).
     """
     n = a.max_num_batched_tokens
     e = spec.dtype_bytes
@@ -127,10 +146,12 @@ def activation_peak_estimate(spec: ModelSpec, a: VllmArgs, *, is_last_pp_stage: 
         inter = -(-spec.moe.moe_intermediate_size // tp)
         k = spec.moe.num_experts_per_tok
         ffn = k * (3 * inter + h) * e
+        copies = FORWARD_HIDDEN_COPIES_MOE
     else:
         inter = -(-spec.intermediate_size // tp)
         ffn = 3 * inter * e
-    forward = n * (ffn + FORWARD_HIDDEN_COPIES * h * e)
+        copies = FORWARD_HIDDEN_COPIES_DENSE
+    forward = n * (ffn + copies * h * e)
     held = n * h * e
     sampler = 0
     if is_last_pp_stage:
@@ -144,16 +165,25 @@ def activation_peak_estimate(spec: ModelSpec, a: VllmArgs, *, is_last_pp_stage: 
 
 
 def non_torch_estimate(gpu: GPU, a: VllmArgs) -> Estimate:
-    """``non_torch_increase`` since ``init_snapshot``: cuBLAS/attention workspaces (TP1: 0.13-0.25 GiB
-    in the H100 logs) plus, with TP > 1, NCCL work buffers created at the first all-reduce
-    (H100 NVLink TP2: 2.07 GiB for both gpt-oss-20b and Mixtral). Estimated."""
-    base = int(0.2 * GiB)
+    """``non_torch_increase`` since ``init_snapshot`` (taken after ``init_worker_distributed_environment``,
+    gpu_worker.py ``init_device`` @ v0.19.0), estimated.
+
+    TP1: kernels loaded lazily by the profile run (``CUDA_MODULE_LOADING=LAZY``) and library
+    workspaces outside torch's allocator: ``NON_TORCH_BASE_BYTES_EST`` (logs: 0.13-0.35 GiB).
+    TP/PP > 1: plus the NCCL buffers that appear at the first large all-reduce (algorithms and
+    protocols connected on first use, ``NCCL_RUNTIME_CONNECT``; NVLS on NVSwitch parts, which vLLM
+    leaves enabled): ``NON_TORCH_NCCL_FIRST_USE_BYTES_EST`` per fabric (hardware/overhead.py classes).
+    Held-out errors in docs/overheads-accuracy.md."""
+    base = NON_TORCH_BASE_BYTES_EST
     if a.tp * a.pp == 1 and a.dp == 1:
         return Estimate("non_torch", base, int(0.1 * GiB), int(0.4 * GiB), True,
-                        "estimated: 0.2 GiB workspaces (H100 logs: 0.13-0.25 GiB at TP1)")
-    nccl = int(1.87 * GiB) if gpu.interconnect.is_full_nvlink else int(0.6 * GiB)
-    return Estimate("non_torch", base + nccl, int((base + nccl) * 0.5), int((base + nccl) * 1.5), True,
-                    "estimated: 0.2 GiB workspaces + NCCL buffers (H100 NVLink TP2 logs: 2.07 GiB)")
+                        "estimated: 0.2 GiB lazily loaded kernels + workspaces (logs: 0.13-0.35 GiB at TP1)")
+    fab = fabric_class(gpu)
+    nccl = NON_TORCH_NCCL_FIRST_USE_BYTES_EST[fab]
+    total = base + nccl
+    return Estimate("non_torch", total, int(total * 0.5), int(total * 1.5), True,
+                    f"estimated: 0.2 GiB kernels/workspaces + NCCL first-use buffers {nccl / GiB:.2f} GiB ({fab}; "
+                    "fit: H100 NVLink TP2 gpt-oss-20b log / L4 PCIe SGLang init)")
 
 
 def cudagraph_estimate(spec: ModelSpec, a: VllmArgs) -> Estimate:
