@@ -138,7 +138,7 @@ CAR_RANK_DATA_BYTES = 8 * 1024 * 1024
 _CUDA_MALLOC_GRANULARITY = 2 * MiB
 
 # vLLM @ v0.19.0 vllm/distributed/device_communicators/all_reduce_utils.py: with torch symmetric
-# memory enabled (VLLM_ALLREDUCE_USE_SYMM_MEM=1, the default) the custom all-reduce is capped by
+# memory enabled (VLLM_ALLREDUCE_USE_SYMM_MEM=1, the default from v0.11.0; 0 in v0.10.2 envs.py) the custom all-reduce is capped by
 # CUSTOM_ALL_REDUCE_MAX_SIZES and a symmetric-memory buffer of SYMM_MEM_ALL_REDUCE_MAX_SIZES is made.
 VLLM_CUSTOM_ALL_REDUCE_MAX_SIZES = {
     "sm90": {2: 64 * MiB, 4: 32 * MiB, 6: MiB // 2, 8: MiB // 4},
