@@ -56,13 +56,16 @@ def test_moe_expert_growth(moe_spec):
     assert w.expert_bytes_per_expert == per_expert == 786_432
     assert (w.num_moe_layers, w.num_experts, w.num_experts_per_tok) == (2, 8, 2)
     assert w.attn_bytes == 2 * 4 * 512 * 512 * 2 == 4_194_304
-    assert w.other_bytes == 2 * 8 * 512 * 2 + 2 * 2 * 512 * 2 + 512 * 2 + 1000 * 512 * 2 == 1_045_504
+    # + q_norm/k_norm (head_dim 128 each, 2 layers): Qwen3Attention's per-head RMSNorms, counted by
+    # model/weights.py since the weights-vs-logs pass (vllm/sglang models/qwen3_moe.py)
+    assert w.other_bytes == (2 * 8 * 512 * 2 + 2 * 2 * 512 * 2 + 512 * 2 + 1000 * 512 * 2
+                             + 2 * 2 * 128 * 2) == 1_046_528
     kv = kv_traffic(moe_spec, 0, attn_tp=1)
     d1 = decode_step(moe_spec, w, kv, HW, fabric_for(get_gpu("h100-sxm"), 1), SETTINGS, batch=1)
     assert d1.experts_touched_per_layer == 2.0  # 8 x (1 - (1 - 2/8)^1)
     assert d1.expert_weight_bytes == 2 * 2 * per_expert
     assert d1.allreduce_count == 0 and d1.allreduce_time_s == 0.0
-    assert d1.step_time_s == pytest.approx((4_194_304 + 1_045_504 + 4 * per_expert) / 500e9 + 1e-3)
+    assert d1.step_time_s == pytest.approx((4_194_304 + 1_046_528 + 4 * per_expert) / 500e9 + 1e-3)
     d4 = decode_step(moe_spec, w, kv, HW, fabric_for(get_gpu("h100-sxm"), 1), SETTINGS, batch=4)
     assert d4.experts_touched_per_layer == 8 * (1 - 0.75 ** 4) == 5.46875
     assert d4.expert_weight_bytes == 8_601_600  # 2 layers x 5.46875 x 786,432

@@ -162,6 +162,8 @@ class ModelSpec:
     # version by version: engines/vllm/args.py derive_max_model_len).
     length_config: tuple[tuple[str, Any], ...] = ()
     dsv4: DeepseekV4Spec | None = None  # DeepSeek-V4 compressed/SWA attention (model_type deepseek_v4)
+    # config ``attention_bias`` (GPT-OSS, GLM-4.5, some Llama variants): q/k/v(/o) projections carry a bias.
+    attention_bias: bool = False
 
     # --- derived counts -------------------------------------------------------------------
     @property
@@ -563,6 +565,7 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         length_config=tuple((k, text[k]) for k in LENGTH_CONFIG_KEYS if text.get(k) is not None)
         + (("model_type", model_type),),
         dsv4=dsv4,
+        attention_bias=bool(text.get("attention_bias", False)),
     )
     for note in assumed:
         warnings.warn(f"kvscope: {spec.name}: {note}", stacklevel=2)

@@ -8,14 +8,23 @@ attention-TP group, k/v split by KV heads and replicated when there are fewer KV
 ranks; MLA ``q_a_proj`` / ``kv_a_proj_with_mqa`` are ``ReplicatedLinear`` (sglang
 ``models/deepseek_v2.py``), ``q_b_proj`` / ``kv_b_proj`` column-parallel, ``o_proj`` row-parallel;
 dense MLPs and experts split over TP (experts over EP x MoE-TP, which together span the TP
-group); embeddings and lm_head vocab-parallel; norms and routers replicated; PP stages own a
-contiguous slice of layers (embedding on the first, lm_head on the last).
+group); embeddings and lm_head vocab-parallel (the vocabulary padded to a multiple of 64 first);
+norms and routers replicated; PP stages own a contiguous slice of layers (embedding on the first,
+lm_head on the last).
+
+With ``engine=`` ("vllm" | "sglang") the per-rank figure also carries what that engine allocates
+beyond its checkpoint share while loading (``WeightsEstimate.extras``): the RoPE cos/sin cache,
+SGLang's MLA ``w_kc``/``w_vc`` copies, SGLang's CUDA caching-allocator rounding (its "mem usage"
+is a ``mem_get_info`` difference) and vLLM's MXFP4 expert layouts. Each rule cites its engine
+file; tests/model/test_weights_vs_logs.py checks them against real startup logs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
+
+from packaging.version import InvalidVersion, Version
 
 from .quant import QuantSpec
 from .spec import FULL, LINEAR, MAMBA, SLIDING, ModelSpec
@@ -26,6 +35,28 @@ TP = "tp"  # split evenly over the TP group
 ATTN_TP = "attn_tp"  # split over the attention-TP group (tp / dp with DP attention)
 KV_HEADS = "kv_heads"  # split by KV heads over attention TP, replicated below one head per rank
 VOCAB = "vocab"  # vocab-parallel over TP
+
+# VocabParallelEmbedding / ParallelLMHead pad the vocabulary to a multiple of 64 and then divide it
+# by the TP size: ``pad_vocab_size(vocab, DEFAULT_VOCAB_PADDING_SIZE=64)`` and
+# ``num_embeddings_per_partition = divide(num_embeddings_padded, tp_size)``
+# (vllm/model_executor/layers/vocab_parallel_embedding.py @ v0.19.0,
+# sglang/srt/layers/vocab_parallel_embedding.py @ v0.5.9; SGLang multiplies the padding by the TP
+# size only on CPU).
+VOCAB_PADDING_SIZE = 64
+
+# Small parameters the checkpoint carries besides the big matrices.
+# q/k/v biases: Qwen2 family ``QKVParallelLinear(..., bias=True)`` (vllm & sglang models/qwen2.py);
+# config ``attention_bias`` elsewhere (GPT-OSS, GLM-4.5, Llama variants).
+QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})
+# o_proj bias when ``attention_bias``: vllm models/gpt_oss.py (o_proj bias=True), models/llama.py
+# (``bias_o_proj = attention_bias``); GLM-4.5's o_proj has none (models/glm4_moe.py).
+O_BIAS_TYPES = frozenset({"gpt_oss", "llama"})
+# per-head RMSNorm of q and k (``q_norm`` / ``k_norm``, head_dim each): models/qwen3*.py, gemma3.py
+QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "qwen3_vl_text", "qwen3_vl_moe_text",
+                           "qwen3_5_text", "qwen3_5_moe_text", "gemma3", "gemma3_text"})
+
+ENGINES = ("vllm", "sglang")
+DEVICES = ("cuda", "rocm")
 
 
 @dataclass(frozen=True)
@@ -45,6 +76,9 @@ class WeightsEstimate:
     estimated: bool
     source: str
     per_stage_bytes: tuple[int, ...] = ()  # one TP rank's share, per PP stage
+    # engine allocations beyond the checkpoint share, (name, bytes), of the largest stage; included
+    # in per_rank_bytes / per_stage_bytes (empty without ``engine=``)
+    extras: tuple[tuple[str, int], ...] = ()
 
     def bytes_of(self, name: str) -> int:
         return sum(g.bytes for g in self.groups if g.name == name)
@@ -96,6 +130,21 @@ def _attn_mats(s: ModelSpec) -> tuple[tuple[str, int, int, str], ...]:
             ("o_proj", h, s.num_attention_heads * s.v_head_dim, ATTN_TP))
 
 
+def _attn_small_groups(s: ModelSpec, i: int) -> Iterable[TensorGroup]:
+    """q/k/v(/o) biases, GPT-OSS attention sinks, q_norm/k_norm of one (non-MLA) attention layer."""
+    e, h = s.dtype_bytes, s.hidden_size
+    if s.model_type in QKV_BIAS_TYPES or s.attention_bias:
+        nq, nkv = s.num_attention_heads * s.head_dim, s.num_key_value_heads * (s.head_dim + s.v_head_dim)
+        yield TensorGroup("attn", i, nq, nq * e, ATTN_TP)
+        yield TensorGroup("attn", i, nkv, nkv * e, KV_HEADS)
+    if s.attention_bias and s.model_type in O_BIAS_TYPES:  # RowParallelLinear keeps the whole bias per rank
+        yield TensorGroup("attn", i, h, h * e, REPLICATED)
+    if s.model_type == "gpt_oss":  # sinks: one per head, split with the heads (vllm models/gpt_oss.py)
+        yield TensorGroup("attn", i, s.num_attention_heads, s.num_attention_heads * e, ATTN_TP)
+    if s.model_type in QK_NORM_TYPES:
+        yield TensorGroup("norm", i, 2 * s.head_dim, 2 * s.head_dim * e, REPLICATED)
+
+
 def _is_quantized(q: QuantSpec, module: str) -> bool:
     """Whether a linear of kind ``module`` (attn | experts | shared_experts | mlp_dense | mamba) is quantized."""
     if not q.is_quantized:
@@ -113,6 +162,8 @@ def _layer_groups(s: ModelSpec, i: int, layer_kind: str, ffn_kind: str, gated: b
     if layer_kind in (FULL, SLIDING):
         for _name, rows, cols, shard in _attn_mats(s):
             yield TensorGroup("attn", i, rows * cols, _linear_bytes(rows, cols, q, _is_quantized(q, "attn"), e), shard)
+        if not s.is_mla:
+            yield from _attn_small_groups(s, i)
         if s.is_mla:  # kv_a_layernorm (+ q_a_layernorm)
             n = (s.kv_lora_rank or 0) + (s.q_lora_rank or 0)
             yield TensorGroup("norm", i, n, n * e, REPLICATED)
@@ -150,7 +201,13 @@ def _layer_groups(s: ModelSpec, i: int, layer_kind: str, ffn_kind: str, gated: b
             for r, c in _mlp_mats(h, moe.shared_intermediate_size, gated):
                 yield TensorGroup("shared_experts", i, r * c,
                                   _linear_bytes(r, c, q, _is_quantized(q, "shared_experts"), e), TP)
-        router = moe.num_experts * h + (moe.num_experts if moe.has_gate_bias else 0)
+        if s.model_type == "gpt_oss":
+            # expert biases (bf16 in the checkpoint): gate_up (E, 2I) column-parallel; down (E, H)
+            # full on every rank (FusedMoE ``w2_bias``, vllm quantization/mxfp4.py @ v0.19.0)
+            n13, n2 = moe.num_experts * 2 * moe.moe_intermediate_size, moe.num_experts * h
+            yield TensorGroup("experts", i, n13, n13 * e, TP)
+            yield TensorGroup("experts", i, n2, n2 * e, REPLICATED)
+        router = moe.num_experts * h + (moe.num_experts if moe.has_gate_bias or s.model_type == "gpt_oss" else 0)
         # routers are kept in the model dtype (DeepSeek keeps gate.weight bf16; bias float32)
         yield TensorGroup("router", i, router, router * e, REPLICATED)
 
@@ -285,6 +342,18 @@ def tensor_groups(s: ModelSpec, include_mtp: bool = False, include_vision: bool 
     return tuple(out)
 
 
+def pad_vocab_size(vocab_size: int, pad_to: int = VOCAB_PADDING_SIZE) -> int:
+    """``pad_vocab_size`` of vllm/sglang ``layers/vocab_parallel_embedding.py`` (v0.19.0 / v0.5.9)."""
+    return -(-vocab_size // pad_to) * pad_to
+
+
+def vocab_rows_per_rank(vocab_size: int, tp: int) -> int:
+    """Rows of the embedding / lm_head a rank allocates: ``divide(pad_vocab_size(vocab), tp)``
+    (``VocabParallelEmbedding.num_embeddings_per_partition``; ceil where 64 x k is not a multiple
+    of TP, where the engines would refuse to start)."""
+    return -(-pad_vocab_size(vocab_size) // tp)
+
+
 def _shard_bytes(g: TensorGroup, s: ModelSpec, tp: int, attn_tp: int) -> int:
     if g.shard == REPLICATED:
         return g.bytes
@@ -293,7 +362,231 @@ def _shard_bytes(g: TensorGroup, s: ModelSpec, tp: int, attn_tp: int) -> int:
     if g.shard == KV_HEADS:
         heads_per_rank = max(1, s.num_key_value_heads // attn_tp)
         return g.bytes * heads_per_rank // s.num_key_value_heads
-    return -(-g.bytes // tp)  # TP, VOCAB
+    if g.shard == VOCAB:
+        # SGLang with DP attention builds the embedding over the attention-TP group
+        # (``VocabParallelEmbedding(..., use_attn_tp_group=is_dp_attention_enabled())``,
+        # sglang/srt/models/{deepseek_v2,qwen2,gpt_oss}.py @ v0.5.9); lm_head stays on the TP group
+        # (``use_attn_tp_group=enable_dp_lm_head``, off by default). attn_tp == tp elsewhere.
+        group = attn_tp if g.name == "embed" else tp
+        return vocab_rows_per_rank(s.vocab_size, group) * (g.bytes // s.vocab_size)
+    return -(-g.bytes // tp)  # TP
+
+
+# --- engine allocations beyond the checkpoint share ------------------------------------------
+
+def rope_cache_shape(s: ModelSpec) -> tuple[int, int, int]:
+    """(caches, positions, rotary_dim) of the RoPE ``cos_sin_cache`` buffer(s) a rank holds.
+
+    ``get_rope`` memoises one RotaryEmbedding per distinct parameter set (``_ROPE_DICT``), so every
+    layer shares one cache (Gemma 3: a local and a global one). Its rows: ``max_position`` for the
+    default / llama3 / mrope kinds, ``original_max_position_embeddings * factor`` for YaRN and
+    DeepSeek-YaRN, ``max_position * factor`` for linear / dynamic-NTK scaling; its width
+    ``rotary_dim`` (cos and sin halves): ``head_dim * partial_rotary_factor``, or
+    ``qk_rope_head_dim`` for MLA (vllm/model_executor/layers/rotary_embedding/{__init__,base,
+    yarn_scaling_rope,deepseek_scaling_rope,linear_scaling_rope}.py @ v0.19.0; the same in
+    sglang/srt/layers/rotary_embedding.py @ v0.5.9). Nemotron-H attention is NoPE; DeepSeek-V4
+    is left out (its own path)."""
+    if s.dsv4 is not None or s.model_type == "nemotron_h" or not any(t in (FULL, SLIDING) for t in s.layer_types):
+        return 0, 0, 0
+    cfg = dict(s.length_config)
+    rp = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if not isinstance(rp, dict):
+        rp = {}
+    kind = str(rp.get("rope_type") or rp.get("type") or "default")
+    factor = float(rp.get("factor") or 1.0)
+    positions = s.max_position_embeddings
+    if kind in ("yarn", "deepseek_yarn"):
+        positions = int(int(rp.get("original_max_position_embeddings") or positions) * factor)
+    elif kind in ("linear", "dynamic"):
+        positions = int(positions * factor)
+    partial = cfg.get("partial_rotary_factor") or rp.get("partial_rotary_factor") or 1.0
+    rotary_dim = (s.qk_rope_head_dim or 0) if s.is_mla else int(s.head_dim * float(partial))
+    caches = 2 if s.model_type in ("gemma3", "gemma3_text") else 1
+    return caches, positions, rotary_dim
+
+
+def rope_cache_bytes(s: ModelSpec, engine: str, device: str = "cuda") -> int:
+    """Bytes of the RoPE cos/sin cache(s) on one rank.
+
+    SGLang keeps the cache in float32 on CUDA ("cache needs to be in FP32 for numerical
+    stability": ``if not _is_cuda: cache = cache.to(dtype)``, sglang/srt/layers/rotary_embedding.py
+    @ v0.4.6.post5 and v0.5.9), the model dtype elsewhere (ROCm). vLLM casts it to the model dtype
+    (``cache.to(dtype)`` unless ``use_flashinfer``, base.py @ v0.19.0); DeepSeek-YaRN (MLA models)
+    sets ``use_flashinfer`` on CUDA, which keeps float32 (deepseek_scaling_rope.py @ v0.19.0)."""
+    caches, positions, rotary_dim = rope_cache_shape(s)
+    if engine == "sglang":
+        nbytes = 4 if device == "cuda" else s.dtype_bytes
+    else:
+        nbytes = 4 if (device == "cuda" and s.is_mla) else s.dtype_bytes
+    return caches * positions * rotary_dim * nbytes
+
+
+def sglang_mla_absorbed_bytes(s: ModelSpec, attn_tp: int, device: str = "cuda") -> int:
+    """One MLA layer's ``w_kc`` + ``w_vc``: SGLang splits ``kv_b_proj`` into them after loading and
+    keeps both (``w_kc.transpose(1, 2).contiguous()``, ``w_vc.contiguous()``;
+    sglang/srt/models/deepseek_common/deepseek_weight_loader.py @ v0.5.9). An fp8 128x128-block
+    kv_b_proj is dequantized to bf16 on CUDA (``block_quant_dequant``), requantized per tensor
+    (1 byte) elsewhere; an unquantized one is copied in the model dtype."""
+    if not s.is_mla:
+        return 0
+    heads = -(-s.num_attention_heads // attn_tp)
+    numel = heads * ((s.qk_nope_head_dim or 0) + s.v_head_dim) * (s.kv_lora_rank or 0)
+    q = s.quant
+    if _is_quantized(q, "attn") and q.weight_bits == 8:
+        nbytes = 2 if (device == "cuda" and q.block_size == (128, 128)) else 1
+    elif _is_quantized(q, "attn"):
+        nbytes = 2  # int4/fp4 kv_b_proj: dequantized (sglang channel/int8 paths -> bf16)
+    else:
+        nbytes = s.dtype_bytes
+    return numel * nbytes
+
+
+# PyTorch CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp): a request of at least
+# kMinLargeAlloc (10 MiB) gets its own cudaMalloc segment rounded up to kRoundLarge (2 MiB);
+# requests of 1-10 MiB share 20 MiB segments, smaller ones 2 MiB segments.
+MIN_LARGE_ALLOC = 10 * 2**20
+ROUND_LARGE = 2 * 2**20
+
+
+def segment_rounding_bytes(sizes: Iterable[int]) -> int:
+    """Bytes a ``mem_get_info`` difference sees beyond the tensors themselves: the 2 MiB rounding of
+    every tensor of at least 10 MiB (each gets its own segment while the model is built; the
+    packing slack of the 1-10 MiB pools is left out)."""
+    return sum(-(-n // ROUND_LARGE) * ROUND_LARGE - n for n in sizes if n >= MIN_LARGE_ALLOC)
+
+
+def _data_bytes(rows: int, cols: int, s: ModelSpec, module: str) -> int:
+    """Bytes of a linear's weight tensor alone (its scales are separate, small tensors)."""
+    q = s.quant
+    if _is_quantized(q, module):
+        return rows * cols * q.weight_bits // 8
+    return rows * cols * s.dtype_bytes
+
+
+def sglang_rank_tensor_sizes(s: ModelSpec, layers: Iterable[int], tp: int, attn_tp: int,
+                             first: bool, last: bool) -> list[int]:
+    """Byte sizes of the large per-rank tensors SGLang allocates for ``layers``, as its layers fuse
+    them: ``qkv_proj`` (QKVParallelLinear), ``o_proj``, ``gate_up_proj`` (MergedColumnParallelLinear),
+    ``down_proj``, the FusedMoE ``w13_weight`` (E, 2I/tp, H) and ``w2_weight`` (E, H, I/tp), the
+    vocab-parallel embedding and lm_head (sglang/srt/models/{llama,qwen2,qwen3,qwen3_moe}.py,
+    layers/moe/fused_moe_triton/layer.py @ v0.5.9). MLA, mamba and vision tensors are left out."""
+    h, e = s.hidden_size, s.dtype_bytes
+    out: list[int] = []
+    if first:
+        out.append(vocab_rows_per_rank(s.vocab_size, attn_tp) * h * e)
+    if last and not s.tie_word_embeddings:
+        out.append(vocab_rows_per_rank(s.vocab_size, tp) * h * e)
+    gated = s.model_type not in ("nemotron_h",)
+    for i in layers:
+        if s.layer_types[i] in (FULL, SLIDING) and not s.is_mla:
+            qh = -(-s.num_attention_heads // attn_tp)
+            kvh = max(1, s.num_key_value_heads // attn_tp)
+            out.append(_data_bytes((qh + kvh) * s.head_dim + kvh * s.v_head_dim, h, s, "attn"))
+            out.append(_data_bytes(h, qh * s.v_head_dim, s, "attn"))
+        ffn = s.ffn_types[i]
+        if ffn == "dense":
+            inter = -(-s.intermediate_size // tp)
+            out.append(_data_bytes((2 if gated else 1) * inter, h, s, "mlp_dense"))
+            out.append(_data_bytes(h, inter, s, "mlp_dense"))
+        elif ffn == "moe" and s.moe is not None:
+            m = s.moe
+            inter = -(-m.moe_intermediate_size // tp)
+            out.append(_data_bytes(m.num_experts * (2 if gated else 1) * inter, h, s, "experts"))
+            out.append(_data_bytes(m.num_experts * h, inter, s, "experts"))
+            if m.shared_intermediate_size:
+                sh = -(-m.shared_intermediate_size // tp)
+                out.append(_data_bytes(2 * sh, h, s, "shared_experts"))
+                out.append(_data_bytes(h, sh, s, "shared_experts"))
+    return out
+
+
+# vLLM MXFP4 (GPT-OSS) expert layouts, by MoE backend.
+MXFP4_BACKENDS = ("marlin", "triton_hopper", "triton_hopper_noprepad", "flashinfer_trtllm",
+                  "flashinfer_cutlass", "rocm", "checkpoint")
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def vllm_mxfp4_backend(version: str | None, capability: tuple[int, int] | None = None,
+                       vendor: str = "nvidia") -> str:
+    """The MXFP4 MoE backend vLLM picks by default (no env overrides, no LoRA).
+
+    v0.10.x: Marlin on Hopper unless torch >= 2.8.0 and triton_kernels are installed
+    (``Mxfp4MoEMethod._should_use_marlin``, quantization/mxfp4.py @ v0.10.1.1; the v0.10.1 wheel
+    pins torch 2.7.1) -- and the wheels up to v0.11.0 do not bundle ``triton_kernels``
+    (no vllm/third_party/triton_kernels in the v0.11.0 wheel): Marlin below v0.12 [the exact
+    release that bundled it is not checked]. Later: Triton (``matmul_ogs``) on SM90, FlashInfer
+    TRT-LLM on SM100 (``_get_priority_backends``, fused_moe/oracle/mxfp4.py @ v0.19.0)."""
+    if vendor == "amd":
+        return "rocm"
+    major = (capability or (9, 0))[0]
+    try:
+        v = Version(version) if version else None
+    except InvalidVersion:
+        v = None
+    if major >= 10:
+        return "flashinfer_trtllm"
+    if major == 9:
+        if v is not None and v < Version("0.12"):
+            return "marlin"
+        if v is not None and v < Version("0.17"):
+            return "triton_hopper_noprepad"
+        return "triton_hopper"
+    return "marlin"
+
+
+def vllm_mxfp4_moe_layer_bytes(s: ModelSpec, tp: int, backend: str, ep: int = 1) -> int:
+    """Bytes one rank allocates for one MXFP4 MoE layer's experts (weights, e8m0 scales, biases).
+
+    ``FusedMoE`` asks the quant method to round the sizes up (``maybe_roundup_sizes`` ->
+    ``mxfp4_round_up_hidden_size_and_intermediate_size``, fused_moe/oracle/mxfp4.py @ v0.19.0):
+    Marlin: intermediate to 128, hidden to 256 (same rule in quantization/mxfp4.py @ v0.10.1.1);
+    FlashInfer TRT-LLM and ROCm: both to 256; FlashInfer CUTLASS: both to 128; Triton:
+    intermediate to 64. Parameters: ``w13_weight`` (E, 2I, H/2) u8, ``w13_weight_scale``
+    (E, 2I, H/32) u8, ``w2_weight`` (E, H, I/2), ``w2_weight_scale`` (E, H, I/32), biases bf16
+    (E, 2I), (E, H).
+
+    Triton on Hopper (``_swizzle_mxfp4``, quantization/utils/mxfp4_utils.py @ v0.19.0) then
+    replaces the weights by swizzled copies (``HopperMXValueLayout.swizzle_data``: the (N, K/2)
+    bytes padded to multiples of 16 x 32, and from v0.17 both first to multiples of 64 -- the
+    "Pre-pad both matrix dims" step absent from v0.16.0's bundled triton_kernels), adds swizzled
+    scales (``HopperMXScaleLayout``: N padded to 2*num_warps*2*8 = 256 with num_warps 8, K/32 to
+    2) while the original ``w13_weight_scale`` / ``w2_weight_scale`` parameters stay registered,
+    and casts both biases to float32 (``w13_bias.to(torch.float32)``). The other backends'
+    shuffles keep the padded sizes."""
+    assert s.moe is not None
+    m = s.moe
+    moe_tp = max(1, tp // max(1, ep))
+    E = m.num_experts // max(1, ep)
+    H = s.hidden_size
+    I = -(-m.moe_intermediate_size // moe_tp)
+    if backend == "marlin":
+        I, H = _round_up(I, 128), _round_up(H, 256)
+    elif backend in ("flashinfer_trtllm", "rocm"):
+        I, H = _round_up(I, 256), _round_up(H, 256)
+    elif backend == "flashinfer_cutlass":
+        I, H = _round_up(I, 128), _round_up(H, 128)
+    elif backend in ("triton_hopper", "triton_hopper_noprepad"):
+        I = _round_up(I, 64)
+    elif backend != "checkpoint":
+        raise ValueError(f"unknown MXFP4 backend {backend!r}; one of {', '.join(MXFP4_BACKENDS)}")
+    plain_scales = 2 * I * (H // 32) + H * (I // 32)
+    if backend not in ("triton_hopper", "triton_hopper_noprepad"):
+        return E * (2 * I * H // 2 + H * I // 2 + plain_scales + (2 * I + H) * 2)
+
+    def value(n: int, kbytes: int) -> int:  # swizzled (N, K/2) u8 value tensor
+        if backend == "triton_hopper":
+            n, kbytes = _round_up(n, 64), _round_up(kbytes, 64)
+        return _round_up(n, 16) * _round_up(kbytes, 32)
+
+    def scale(n: int, kgroups: int) -> int:  # swizzled (N, K/32) u8 scale tensor
+        return _round_up(n, 256) * _round_up(kgroups, 2)
+
+    w = value(2 * I, H // 2) + value(H, I // 2)
+    swizzled_scales = scale(2 * I, H // 32) + scale(H, I // 32)
+    return E * (w + swizzled_scales + plain_scales + (2 * I + H) * 4)
 
 
 def pp_layer_range(num_layers: int, pp_rank: int, pp: int) -> tuple[int, int]:
@@ -307,16 +600,27 @@ def pp_layer_range(num_layers: int, pp_rank: int, pp: int) -> tuple[int, int]:
 
 
 def weights_per_rank(s: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, attn_tp: int | None = None,
-                     include_mtp: bool = False, include_vision: bool = True) -> WeightsEstimate:
-    """Bytes each rank holds; the max over PP stages (every TP rank of a stage holds the same share)."""
-    del ep  # experts split over EP x MoE-TP = TP in both engines: the per-rank share is the same
+                     include_mtp: bool = False, include_vision: bool = True, engine: str | None = None,
+                     device: str = "cuda", mxfp4_backend: str | None = None) -> WeightsEstimate:
+    """Bytes each rank holds; the max over PP stages (every TP rank of a stage holds the same share).
+
+    ``engine`` ("vllm" | "sglang"): add what that engine allocates while loading beyond the
+    checkpoint share (``extras``): the RoPE cache (both), SGLang's MLA ``w_kc``/``w_vc`` copies and
+    its allocator rounding, vLLM's MXFP4 expert layout for ``mxfp4_backend`` (see
+    ``vllm_mxfp4_backend``; ``None`` keeps the checkpoint layout). ``device``: "cuda" | "rocm"."""
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, not {device!r}")
     attn_tp = attn_tp or tp
     groups = tensor_groups(s, include_mtp=include_mtp, include_vision=include_vision)
     total = sum(g.bytes for g in groups)
     stages = []
+    stage_extras: list[tuple[tuple[str, int], ...]] = []
     for stage in range(pp):
         lo, hi = pp_layer_range(s.num_hidden_layers, stage, pp)
         share = 0
+        expert_share: dict[int, int] = {}
         for g in groups:
             if g.layer is not None and g.layer < s.num_hidden_layers and not lo <= g.layer < hi:
                 continue
@@ -328,8 +632,41 @@ def weights_per_rank(s: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, att
                 continue
             if g.layer is None and g.name == "norm" and stage != pp - 1:
                 continue
-            share += _shard_bytes(g, s, tp, attn_tp)
-        stages.append(share)
-    return WeightsEstimate(total_bytes=total, per_rank_bytes=max(stages), groups=groups, estimated=True,
-                           source="estimated from config.json (parameter shapes x quantization)",
-                           per_stage_bytes=tuple(stages))
+            b = _shard_bytes(g, s, tp, attn_tp)
+            share += b
+            if g.name == "experts" and g.layer is not None:
+                expert_share[g.layer] = expert_share.get(g.layer, 0) + b
+        extras = _engine_extras(s, range(lo, hi), expert_share, tp=tp, ep=ep, attn_tp=attn_tp,
+                                first=stage == 0, last=stage == pp - 1, engine=engine, device=device,
+                                mxfp4_backend=mxfp4_backend) if engine else ()
+        stages.append(share + sum(b for _, b in extras))
+        stage_extras.append(extras)
+    worst = max(range(pp), key=lambda r: stages[r])
+    source = "estimated from config.json (parameter shapes x quantization)"
+    if engine:
+        source += f" + {engine} load-time allocations"
+    return WeightsEstimate(total_bytes=total, per_rank_bytes=stages[worst], groups=groups, estimated=True,
+                           source=source, per_stage_bytes=tuple(stages), extras=stage_extras[worst])
+
+
+def _engine_extras(s: ModelSpec, layers: range, expert_share: dict[int, int], *, tp: int, ep: int, attn_tp: int,
+                   first: bool, last: bool, engine: str, device: str,
+                   mxfp4_backend: str | None) -> tuple[tuple[str, int], ...]:
+    out: list[tuple[str, int]] = []
+    rope = rope_cache_bytes(s, engine, device)
+    if rope:
+        out.append(("rope_cos_sin_cache", rope))
+    if engine == "sglang":
+        mla = sum(sglang_mla_absorbed_bytes(s, attn_tp, device) for i in layers
+                  if s.layer_types[i] in (FULL, SLIDING))
+        if mla:
+            out.append(("mla_w_kc_w_vc", mla))
+        if s.dsv4 is None:  # the same caching allocator on ROCm (hipMalloc)
+            rounding = segment_rounding_bytes(sglang_rank_tensor_sizes(s, layers, tp, attn_tp, first, last))
+            if rounding:
+                out.append(("allocator_2mib_rounding", rounding))
+    if engine == "vllm" and mxfp4_backend and s.quant.method == "mxfp4" and s.moe is not None:
+        delta = sum(vllm_mxfp4_moe_layer_bytes(s, tp, mxfp4_backend, ep) - expert_share.get(i, 0)
+                    for i in layers if s.ffn_types[i] == "moe")
+        out.append((f"mxfp4_{mxfp4_backend}_layout", delta))
+    return tuple(out)
