@@ -19,9 +19,10 @@ from ..units import GiB, MiB
 # (H100 SXM: 81559 MiB = 79.65 GiB vs 79.19 GiB in vLLM 0.19 logs, shared/logs llm-d sweep).
 # Used only where no log printed the CUDA-visible total: an estimate.
 _DRIVER_RESERVED_BYTES_EST = int(0.46 * GiB)
-# GDDR parts: RTX 3090 nvidia-smi 24268 MiB = 23.70 GiB vs total_gpu_memory=23.58GiB in a vLLM log
-# (shared/logs vllm-llama31-8b-3090-*): 0.12 GiB.
-_GDDR_RESERVED_BYTES_EST = int(0.12 * GiB)
+# GDDR parts: L4 nvidia-smi 23034 MiB = 22.49 GiB vs 22.05 GiB in a vLLM free-memory line (vllm#33297),
+# RTX 5090 32607 MiB = 31.84 vs 31.40 GiB (noonghunna/club-3090#1087): 0.44 GiB. (RTX 3090 on a 2024
+# driver showed 0.12 GiB, vllm#10517; its logged total is used directly.) docs/overheads-accuracy.md.
+_GDDR_RESERVED_BYTES_EST = int(0.44 * GiB)
 _GDDR = ("l40s", "l40", "l20", "l4", "a10g", "a10", "a40", "t4", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-pro-6000",
          "rtx-a6000", "rtx-6000-ada", "rtx-pro-5000", "rtx-pro-5000-72g")
 _DS = "NVIDIA datasheet; nvidia-smi memory.total as commonly printed"
@@ -85,12 +86,15 @@ GPUS: tuple[GPU, ...] = (
     _gpu("h100-sxm", "NVIDIA H100 80GB HBM3", 81559, 3350, 989, 1979, NVL4, "sm90",
          f"{_T}; CUDA total 79.19 GiB from vLLM 0.19 logs (llm-d sweep)", ("h100", "h100-80g"), cuda_total_gib=79.19),
     _gpu("h100-pcie", "NVIDIA H100 PCIe", 81559, 2000, 756, 1513, PCIE5, "sm90", f"{_T} (memory total not verified)"),
-    _gpu("h200", "NVIDIA H200", 143771, 4800, 989, 1979, NVL4, "sm90", _T, ("h200-sxm",)),
+    _gpu("h200", "NVIDIA H200", 143771, 4800, 989, 1979, NVL4, "sm90",
+         f"{_T}; CUDA total 139.72 GiB from a vLLM free-memory line (vllm#23192)", ("h200-sxm",),
+         cuda_total_gib=139.72),
     _gpu("h20", "NVIDIA H20", 97871, 4000, 148, 296, NVL4, "sm90", _T),
     _gpu("a100-40g", "NVIDIA A100-SXM4-40GB", 40960, 1555, 312, None, NVL3, "sm80", _T, ("a100-40gb",)),
     _gpu("a100-80g", "NVIDIA A100-SXM4-80GB", 81920, 2039, 312, None, NVL3, "sm80", _T, ("a100", "a100-80gb")),
     _gpu("l40s", "NVIDIA L40S", 46068, 864, 362, 733, PCIE4, "sm89", _T),
-    _gpu("l4", "NVIDIA L4", 23034, 300, 121, 242.5, PCIE4, "sm89", _T),
+    _gpu("l4", "NVIDIA L4", 23034, 300, 121, 242.5, PCIE4, "sm89",
+         f"{_T}; CUDA total 22.05 GiB from a vLLM free-memory line (vllm#33297)", cuda_total_gib=22.05),
     _gpu("a10g", "NVIDIA A10G", 23028, 600, 70, None, PCIE4, "sm86",
          f"{_T} (memory total and 70 TF are estimates)"),
     _gpu("t4", "Tesla T4", 15360, 320, 65, None, Interconnect("pcie", 3, 16.0, 3, 1), "sm75",
@@ -100,7 +104,9 @@ GPUS: tuple[GPU, ...] = (
     _gpu("rtx-3090", "NVIDIA GeForce RTX 3090", 24268, 936, 71, None, PCIE4, "sm86",
          f"{_T}; CUDA total 23.58 GiB from a vLLM log (vllm#10517)", ("3090",), cuda_total_gib=23.58),
     _gpu("rtx-4090", "NVIDIA GeForce RTX 4090", 24564, 1008, 165.2, 330.3, PCIE4, "sm89", _T, ("4090",)),
-    _gpu("rtx-5090", "NVIDIA GeForce RTX 5090", 32607, 1792, 209.5, 419, PCIE5, "sm120", _T, ("5090",)),
+    _gpu("rtx-5090", "NVIDIA GeForce RTX 5090", 32607, 1792, 209.5, 419, PCIE5, "sm120",
+         f"{_T}; CUDA total 31.40 GiB from a vLLM startup line (noonghunna/club-3090#1087)", ("5090",),
+         cuda_total_gib=31.40),
     _gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell", 97887, 1792, 503.8, 1007.6, PCIE5, "sm120", _T,
          ("rtx-pro-6000-blackwell", "pro6000")),
     _gpu("h100-nvl", "NVIDIA H100 NVL", 95830, 3900, 835, 1671, Interconnect("nvlink", 4, 300.0, 5, 2), "sm90",
