@@ -441,6 +441,24 @@ def sglang_mla_absorbed_bytes(s: ModelSpec, attn_tp: int, device: str = "cuda") 
     return numel * nbytes
 
 
+def sglang_wna16_moe_index_bytes(s: ModelSpec, tp: int, ep: int = 1) -> int:
+    """One MoE layer's int32 act-order index buffers that SGLang's compressed-tensors WNA16 MoE keeps
+    on ROCm: ``create_weights`` registers ``w13_weight_g_idx`` / ``w13_g_idx_sort_indices``
+    (E, H) and ``w2_weight_g_idx`` / ``w2_g_idx_sort_indices`` (E, I/tp), all int32, plus
+    ``w{13,2}_weight_shape`` (E, 2) float32. The CUDA (Marlin) path replaces the four index tensors
+    by empty (E, 0) ones after loading when there is no act-order; the ROCm
+    ``CompressedTensorsWNA16TritonMoE.process_weights_after_loading`` only re-lays the packed
+    weights and scales and leaves them allocated
+    (sglang/srt/layers/quantization/compressed_tensors/schemes/compressed_tensors_wNa16_moe.py
+    @ v0.5.9)."""
+    if s.moe is None:
+        return 0
+    moe_tp = max(1, tp // max(1, ep))
+    experts = s.moe.num_experts // max(1, ep)
+    inter = -(-s.moe.moe_intermediate_size // moe_tp)
+    return experts * (2 * s.hidden_size + 2 * inter) * 4 + 2 * experts * 2 * 4
+
+
 # PyTorch CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp): a request of at least
 # kMinLargeAlloc (10 MiB) gets its own cudaMalloc segment rounded up to kRoundLarge (2 MiB);
 # requests of 1-10 MiB share 20 MiB segments, smaller ones 2 MiB segments.
@@ -661,6 +679,12 @@ def _engine_extras(s: ModelSpec, layers: range, expert_share: dict[int, int], *,
                   if s.layer_types[i] in (FULL, SLIDING))
         if mla:
             out.append(("mla_w_kc_w_vc", mla))
+        q = s.quant
+        if (device == "rocm" and q.method == "compressed-tensors" and q.weight_bits < 8
+                and _is_quantized(q, "experts")):
+            idx = sum(sglang_wna16_moe_index_bytes(s, tp, ep) for i in layers if s.ffn_types[i] == "moe")
+            if idx:
+                out.append(("wna16_moe_g_idx_buffers", idx))
         if s.dsv4 is None:  # the same caching allocator on ROCm (hipMalloc)
             rounding = segment_rounding_bytes(sglang_rank_tensor_sizes(s, layers, tp, attn_tp, first, last))
             if rounding:
