@@ -65,7 +65,7 @@ def _init_free(gpu: GPU, a: VllmArgs, total: int, measured: VllmMeasured) -> mem
         return mem.measured("initial_free", gib_to_bytes(measured.initial_free_gib))
     world = a.tp * a.pp
     ctx = cuda_context(gpu)
-    comm = communicators(gpu, world, custom_all_reduce_enabled(gpu, a.tp))
+    comm = communicators(gpu, world, custom_all_reduce_enabled(gpu, a.tp), engine="vllm")
     used = ctx.estimate_bytes + comm.estimate_bytes
     return mem.Estimate("initial_free", total - used, total - ctx.high_bytes - comm.high_bytes,
                         total - ctx.low_bytes - comm.low_bytes, True,
