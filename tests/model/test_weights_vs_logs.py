@@ -22,7 +22,7 @@ from kvscope.model.spec import ModelSpec
 from kvscope.model.weights import (
     pad_vocab_size,
     rope_cache_bytes,
-    rope_cache_shape,
+    rope_caches,
     segment_rounding_bytes,
     sglang_mla_absorbed_bytes,
     sglang_rank_tensor_sizes,
@@ -124,16 +124,18 @@ def test_sglang_dp_attention_embedding_on_the_attention_tp_group():
 
 def test_rope_cache_sizes():
     llama, _ = load_spec("meta-llama/Llama-3.1-8B-Instruct")
-    assert rope_cache_shape(llama) == (1, 131072, 128)
+    assert rope_caches(llama) == ((131072, 128),)
     assert rope_cache_bytes(llama, "vllm") == 131072 * 128 * 2 == 33_554_432
     assert rope_cache_bytes(llama, "sglang", "cuda") == 131072 * 128 * 4  # float32 on CUDA
     assert rope_cache_bytes(llama, "sglang", "rocm") == 131072 * 128 * 2
     oss, _ = load_spec("openai/gpt-oss-20b")  # YaRN: original 4096 x factor 32
-    assert rope_cache_shape(oss) == (1, 131072, 64)
+    assert rope_caches(oss) == ((131072, 64),)
     dsv3, _ = load_spec("deepseek-ai/DeepSeek-V3")  # DeepSeek-YaRN 4096 x 40, rope dim 64, fp32 (flashinfer)
     assert rope_cache_bytes(dsv3, "vllm", "cuda") == 163840 * 64 * 4 == 41_943_040
     kimi, _ = load_spec("moonshotai/Kimi-K2.5")
-    assert rope_cache_shape(kimi) == (1, 262144, 64)
+    assert rope_caches(kimi) == ((262144, 64),)
+    gemma, _ = load_spec("google/gemma-3-1b-it")  # sliding (local base) and global caches
+    assert len(rope_caches(gemma)) == 2
 
 
 def test_segment_rounding_of_large_tensors():

@@ -374,20 +374,22 @@ def _shard_bytes(g: TensorGroup, s: ModelSpec, tp: int, attn_tp: int) -> int:
 
 # --- engine allocations beyond the checkpoint share ------------------------------------------
 
-def rope_cache_shape(s: ModelSpec) -> tuple[int, int, int]:
-    """(caches, positions, rotary_dim) of the RoPE ``cos_sin_cache`` buffer(s) a rank holds.
+def rope_caches(s: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(positions, rotary_dim) of each RoPE ``cos_sin_cache`` buffer a rank holds.
 
     ``get_rope`` memoises one RotaryEmbedding per distinct parameter set (``_ROPE_DICT``), so every
-    layer shares one cache (Gemma 3: a local and a global one). Its rows: ``max_position`` for the
-    default / llama3 / mrope kinds, ``original_max_position_embeddings * factor`` for YaRN and
-    DeepSeek-YaRN, ``max_position * factor`` for linear / dynamic-NTK scaling; its width
-    ``rotary_dim`` (cos and sin halves): ``head_dim * partial_rotary_factor``, or
+    layer shares one cache -- Gemma 3 has two: its sliding layers use ``rope_local_base_freq``
+    without scaling, its global layers the config's ``rope_scaling`` (vllm models/gemma3.py). Rows:
+    ``max_position`` for the default / llama3 / mrope kinds, ``original_max_position_embeddings *
+    factor`` for YaRN and DeepSeek-YaRN, ``max_position * factor`` for linear / dynamic-NTK
+    scaling, ``max_position + original_max_position_embeddings`` for Phi-3 LongRoPE
+    (phi3_long_rope_scaled_rope.py); width ``rotary_dim`` (cos and sin halves): ``head_dim * partial_rotary_factor``, or
     ``qk_rope_head_dim`` for MLA (vllm/model_executor/layers/rotary_embedding/{__init__,base,
     yarn_scaling_rope,deepseek_scaling_rope,linear_scaling_rope}.py @ v0.19.0; the same in
     sglang/srt/layers/rotary_embedding.py @ v0.5.9). Nemotron-H attention is NoPE; DeepSeek-V4
     is left out (its own path)."""
     if s.dsv4 is not None or s.model_type == "nemotron_h" or not any(t in (FULL, SLIDING) for t in s.layer_types):
-        return 0, 0, 0
+        return ()
     cfg = dict(s.length_config)
     rp = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
     if not isinstance(rp, dict):
@@ -399,10 +401,13 @@ def rope_cache_shape(s: ModelSpec) -> tuple[int, int, int]:
         positions = int(int(rp.get("original_max_position_embeddings") or positions) * factor)
     elif kind in ("linear", "dynamic"):
         positions = int(positions * factor)
+    elif kind in ("longrope", "su"):  # Phi-3 LongRoPE: short (original) + long caches, concatenated
+        positions += int(cfg.get("original_max_position_embeddings") or rp.get("original_max_position_embeddings") or 0)
     partial = cfg.get("partial_rotary_factor") or rp.get("partial_rotary_factor") or 1.0
     rotary_dim = (s.qk_rope_head_dim or 0) if s.is_mla else int(s.head_dim * float(partial))
-    caches = 2 if s.model_type in ("gemma3", "gemma3_text") else 1
-    return caches, positions, rotary_dim
+    if s.model_type in ("gemma3", "gemma3_text"):
+        return ((positions, rotary_dim), (s.max_position_embeddings, rotary_dim))
+    return ((positions, rotary_dim),)
 
 
 def rope_cache_bytes(s: ModelSpec, engine: str, device: str = "cuda") -> int:
@@ -413,12 +418,11 @@ def rope_cache_bytes(s: ModelSpec, engine: str, device: str = "cuda") -> int:
     @ v0.4.6.post5 and v0.5.9), the model dtype elsewhere (ROCm). vLLM casts it to the model dtype
     (``cache.to(dtype)`` unless ``use_flashinfer``, base.py @ v0.19.0); DeepSeek-YaRN (MLA models)
     sets ``use_flashinfer`` on CUDA, which keeps float32 (deepseek_scaling_rope.py @ v0.19.0)."""
-    caches, positions, rotary_dim = rope_cache_shape(s)
     if engine == "sglang":
         nbytes = 4 if device == "cuda" else s.dtype_bytes
     else:
         nbytes = 4 if (device == "cuda" and s.is_mla) else s.dtype_bytes
-    return caches * positions * rotary_dim * nbytes
+    return sum(positions * rotary_dim for positions, rotary_dim in rope_caches(s)) * nbytes
 
 
 def sglang_mla_absorbed_bytes(s: ModelSpec, attn_tp: int, device: str = "cuda") -> int:
