@@ -124,7 +124,10 @@ def test_sglang_llama8b_one_h100_best_and_command():
 def test_llama70b_layouts_rejected_with_reasons():
     res = _fit("meta-llama/Llama-3.1-70B-Instruct", "h100", 8, 32768, 16)
     why = {r.candidate.label: r.reason for r in res.rejected}
-    assert why["TP1"].startswith("weights 131.4 GiB per rank leave no KV budget")
+    from kvscope.model.weights import weights_per_rank
+    w1 = weights_per_rank(load_spec("meta-llama/Llama-3.1-70B-Instruct")[0], tp=1, engine="sglang").per_rank_bytes
+    assert why["TP1"].startswith(f"weights {w1 / 2**30:.1f} GiB per rank leave no KV budget")
+    assert 131 < w1 / 2**30 < 132  # 70.55 B params x 2 B (+ RoPE cache and allocator rounding)
     assert "(est.)" in why["TP1"]
     assert "KV tokens < 524,288 needed" in why["TP2"]
     assert {o.candidate.num_gpus for o in res.options} == {4, 8}
@@ -311,7 +314,8 @@ def test_text_report_shows_command_and_rejections():
     assert f"best: {res.best.candidate.label} on 4 GPU(s)" in text
     assert res.best.command in text and res.best.plan_command in text
     assert "rejected:\n  TP1, TP1 DP2, TP1 DP4, TP1 DP8, TP1 fp8_e4m3 KV, " in text  # one line per reason
-    assert "fp8_e4m3 KV: weights 131.4 GiB per rank leave no KV budget" in text
+    w1 = next(r.reason for r in res.rejected if r.candidate.label == "TP1").split(" per rank")[0]
+    assert f"fp8_e4m3 KV: {w1} per rank leave no KV budget" in text
     assert "est. (pre_model_load_memory, weights)" in text
 
 

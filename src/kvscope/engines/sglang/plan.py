@@ -147,7 +147,8 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
         estimated.append("pre_model_load_memory")
 
     # --- phase 2: weights (target, then draft for >=0.5.14) ---------------------------------
-    w = weights_per_rank(spec, tp=a.tp_size, pp=a.pp_size, attn_tp=attn_tp)
+    w = weights_per_rank(spec, tp=a.tp_size, pp=a.pp_size, attn_tp=attn_tp, engine="sglang",
+                         device="rocm" if gpu.vendor == "amd" else "cuda")
     stage_weights = w.per_stage_bytes
     weights_exact = exact_weights_per_rank is not None and a.pp_size == 1
     if weights_exact:

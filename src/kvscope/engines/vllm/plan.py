@@ -19,7 +19,7 @@ from ...errors import FlagError
 from ...hardware.gpus import GPU
 from ...hardware.overhead import communicators, cuda_context, custom_all_reduce_enabled
 from ...model.spec import ModelSpec
-from ...model.weights import weights_per_rank
+from ...model.weights import vllm_mxfp4_backend, weights_per_rank
 from ...timeline import (PHASE_CUDA_GRAPH, PHASE_INIT, PHASE_KV_ALLOC, PHASE_LOAD_WEIGHTS, PHASE_PROFILE, Fix,
                          Phase, RankTimeline, Timeline)
 from ...units import GiB, gib_to_bytes
@@ -46,13 +46,24 @@ def _est(name: str, gib: float | None, fallback: mem.Estimate) -> mem.Estimate:
     return fallback if gib is None else mem.measured(name, gib_to_bytes(gib))
 
 
-def _weights(spec: ModelSpec, a: VllmArgs, measured: VllmMeasured) -> list[mem.Estimate]:
+def _capability(sm: str) -> tuple[int, int] | None:
+    """"sm90" -> (9, 0), "sm103" -> (10, 3); None for AMD / unknown archs."""
+    digits = sm[2:] if sm.startswith("sm") else ""
+    return (int(digits[:-1]), int(digits[-1])) if digits.isdigit() and len(digits) >= 2 else None
+
+
+def _weights(spec: ModelSpec, a: VllmArgs, measured: VllmMeasured, gpu: GPU | None = None,
+             version: str | None = None) -> list[mem.Estimate]:
     """Per PP stage "Model loading took" (torch-allocated weights), estimated by model/weights.py.
     DP: experts are sharded over dp x tp (``FusedMoEParallelConfig.make``), attention is not."""
     if measured.weights_gib is not None:
         return [mem.measured("weights", gib_to_bytes(measured.weights_gib))] * a.pp
+    amd = gpu is not None and gpu.vendor == "amd"
     w = weights_per_rank(spec, tp=a.tp, pp=a.pp, ep=a.tp if a.ep else 1,
-                         include_mtp=a.speculative_method == "mtp")
+                         include_mtp=a.speculative_method == "mtp", engine="vllm",
+                         device="rocm" if amd else "cuda",
+                         mxfp4_backend=vllm_mxfp4_backend(version, _capability(gpu.sm) if gpu else None,
+                                                          "amd" if amd else "nvidia"))
     stages = list(getattr(w, "per_stage_bytes", None) or [w.per_rank_bytes] * a.pp)
     if a.dp > 1 and spec.moe is not None:
         experts = w.bytes_of("experts") // (a.tp * a.pp)
@@ -93,7 +104,7 @@ def plan_vllm(spec: ModelSpec, gpu: GPU, flags: VllmFlags, version: str | None =
     total = gib_to_bytes(measured.total_gib) if measured.total_gib is not None else gpu.cuda_total_bytes
     free0 = _init_free(gpu, a, total, measured)
     requested = mem.requested_memory_bytes(total, a.gpu_memory_utilization, traits)
-    weights = _weights(spec, a, measured)
+    weights = _weights(spec, a, measured, gpu, version)
     non_torch = _est("non_torch", measured.non_torch_gib, mem.non_torch_estimate(gpu, a))
     cudagraph = _est("cudagraph", measured.cudagraph_gib, mem.cudagraph_estimate(spec, a))
     acts = [_est("activation_peak", measured.activation_peak_gib,
