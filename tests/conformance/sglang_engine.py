@@ -209,13 +209,23 @@ class SGLang:
             decorator_list=[], returns=None, type_comment=None)
         mod = loader.ast.Module(body=[fn], type_ignores=[])
         loader.ast.fix_missing_locations(mod)
+        # 0.4.9+: the slice imports ModelConfig lazily (multimodal factor); 0.4.10+ calls
+        # ServerArgs.adjust_mem_fraction_for_vlm, compiled from the same file.
+        model_config = types.SimpleNamespace(
+            ModelConfig=types.SimpleNamespace(from_server_args=lambda sa: self._model_config(c)))
         g = loader.StrictGlobals(self.origin(member), {
             "get_device_memory_capacity": lambda device=None: c.gpu_mem_mib,
             "logger": log,
         })
+        g["__builtins__"] = loader._import_hook({"sglang.srt.configs.model_config": model_config},
+                                                self.origin(member))
         local: Dict[str, Any] = {}
         exec(compile(mod, self.origin(member), "exec"), g, local)
-        host = loader.make_host("ServerArgs", {}, self._server_args_attrs(c))
+        methods: Dict[str, Any] = {}
+        if loader.has_def(text, self.origin(member), "ServerArgs.adjust_mem_fraction_for_vlm"):
+            methods = loader.compile_defs(text, self.origin(member), ["ServerArgs.adjust_mem_fraction_for_vlm"],
+                                          {"logger": log})
+        host = loader.make_host("ServerArgs", methods, self._server_args_attrs(c))
         local["_memory_defaults"](host)
         return host
 

@@ -17,7 +17,7 @@ import pytest
 from . import cases
 from .conftest import count_cases, require_source
 from .sglang_engine import ArgsCase, SGLang
-from .wheels import SGLANG_VERSIONS
+from .wheels import sglang_params
 
 args_mod = pytest.importorskip("kvscope.engines.sglang.args")
 
@@ -83,9 +83,7 @@ def engine_case(version, a, extra, prefill_graph_on: bool) -> ArgsCase:
 KNOWN: dict[str, str] = {}  # all mismatches found by this suite were fixed in kvscope (see docs/conformance.md)
 
 
-@pytest.mark.parametrize("version", [
-    pytest.param(v, marks=pytest.mark.xfail(strict=True, reason=KNOWN[v])) if v in KNOWN else v
-    for v in SGLANG_VERSIONS])
+@pytest.mark.parametrize("version", sglang_params(KNOWN))
 def test_default_memory_settings(version, multiplier):
     require_source("sglang", version, _members(version))
     engine = SGLang(version)

@@ -16,7 +16,7 @@ import pytest
 from . import cases
 from .conftest import count_cases, require_source
 from .sglang_engine import ProfileCase, SGLang, profile_members
-from .wheels import SGLANG_VERSIONS
+from .wheels import sglang_params
 
 memory = pytest.importorskip("kvscope.engines.sglang.memory")
 args_mod = pytest.importorskip("kvscope.engines.sglang.args")
@@ -78,9 +78,7 @@ def kvscope_profile(version: str, c: ProfileCase):
 KNOWN: dict[str, str] = {}  # the v0.5.6 MHA cell mismatch found by this suite was fixed in kvscope
 
 
-@pytest.mark.parametrize("version", [
-    pytest.param(v, marks=pytest.mark.xfail(strict=True, reason=KNOWN[v])) if v in KNOWN else v
-    for v in SGLANG_VERSIONS])
+@pytest.mark.parametrize("version", sglang_params(KNOWN))
 def test_cell_size_and_profile(version, multiplier):
     require_source("sglang", version, profile_members(version))
     engine = SGLang(version)

@@ -26,7 +26,7 @@ from .sglang_engine import _vtuple
 from .sglang_engine_pools import (MambaCase, MambaShapeCase, ProfileMMCase, ReqCase, SGLangPools, mamba_members,
                                   SWACase, CellCase, KV_DTYPES, cell_members, profile_mm_members, swa_members,
                                   mamba_shape_members, req_members)
-from .wheels import SGLANG_VERSIONS
+from .wheels import sglang_params
 
 memory = pytest.importorskip("kvscope.engines.sglang.memory")
 args_mod = pytest.importorskip("kvscope.engines.sglang.args")
@@ -88,7 +88,7 @@ def kvscope_req(version: str, c: ReqCase):
             p.max_running_requests, p.error)
 
 
-@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+@pytest.mark.parametrize("version", sglang_params())
 def test_request_pools(version, multiplier):
     require_source("sglang", version, req_members(version))
     engine = SGLangPools(version)
@@ -162,7 +162,7 @@ def kvscope_mamba(version: str, c: MambaCase):
     return r.rest_gib, r.max_mamba_cache_size, None
 
 
-@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+@pytest.mark.parametrize("version", sglang_params())
 def test_mamba_carve(version, multiplier):
     if _vtuple(version) < (0, 5):
         pytest.skip("sglang 0.4.6.post5 has no mamba/linear-attention state pool (no handle_max_mamba_cache)")
@@ -230,7 +230,7 @@ def gen_mamba_config(rng: random.Random):
     return cfg, shape
 
 
-@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+@pytest.mark.parametrize("version", sglang_params())
 def test_mamba_state_bytes(version, multiplier):
     if _vtuple(version) < (0, 5):
         pytest.skip("sglang 0.4.6.post5 has no configs/mamba_utils.py (no mamba/linear-attention models)")
@@ -295,7 +295,7 @@ def kvscope_profile_mm(version: str, c: ProfileMMCase):
     return prof.rest_memory_bytes, (carve.max_mamba_cache_size if carve is not None else None), None
 
 
-@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+@pytest.mark.parametrize("version", sglang_params())
 def test_profile_mm_reservation_and_mamba(version, multiplier):
     if _vtuple(version) < (0, 5, 9):
         pytest.skip(f"sglang {version}: the cell is computed inside profile_max_num_token; its carve is "
@@ -404,7 +404,7 @@ def kvscope_swa(version: str, c: SWACase):
     return p.max_total_num_tokens, p.full_tokens, p.swa_tokens, None
 
 
-@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+@pytest.mark.parametrize("version", sglang_params())
 def test_hybrid_swa_split(version, multiplier):
     if _vtuple(version) < (0, 5):
         pytest.skip("sglang 0.4.6.post5 has no hybrid SWA pool")
@@ -491,7 +491,7 @@ def kvscope_cell(version: str, c: CellCase) -> int:
                             attention_backends=(c.prefill_backend, c.decode_backend), sm100=c.sm100).cell_bytes
 
 
-@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+@pytest.mark.parametrize("version", sglang_params())
 def test_cell_variants(version, multiplier):
     require_source("sglang", version, cell_members(version))
     engine = SGLangPools(version)

@@ -24,9 +24,41 @@ from typing import Dict, Iterable, Optional
 # KVSCOPE_CONFORMANCE_FULL=1 or `-m conformance_full` (see tests/conformance/conftest.py).
 SGLANG_VERSIONS = ("0.4.6.post5", "0.5.6", "0.5.9", "0.5.13", "0.5.14", "0.5.18", "0.5.23")
 SGLANG_DEFAULT = SGLANG_VERSIONS  # 1-39 MB each: all of them are cheap.
+# FULL-only: the releases between the pins where kvscope's version gates sit (and that real logs
+# come from, e.g. 0.4.8.post1 / 0.5.8.post1 ROCm). All on PyPI with py3 or cp311 wheels (1.5-29 MB).
+SGLANG_EXTRA = ("0.4.8.post1", "0.4.10.post2", "0.5.3", "0.5.7", "0.5.8.post1", "0.5.10", "0.5.12",
+                "0.5.15", "0.5.20", "0.5.21")
+
+
+def sglang_params(known: Optional[Dict[str, str]] = None) -> list:
+    """SGLANG_VERSIONS, then SGLANG_EXTRA marked ``conformance_full`` (skipped in the default run).
+
+    ``known``: version -> reason of a known mismatch (``xfail(strict=True)``)."""
+    import pytest
+
+    known = known or {}
+    out = []
+    for v in (*SGLANG_VERSIONS, *SGLANG_EXTRA):
+        marks = [pytest.mark.conformance_full] if v in SGLANG_EXTRA else []
+        if v in known:
+            marks.append(pytest.mark.xfail(strict=True, reason=known[v]))
+        out.append(pytest.param(v, marks=marks, id=v))
+    return out
 VLLM_VERSIONS = ("0.10.1.1", "0.11.0", "0.19.1", "0.20.2", "0.26.0", "0.28.0", "0.33.0")
 # One wheel per formula era: classic V1 (0.11), cudagraph/0.92 era (0.20.2), current (0.33).
 VLLM_DEFAULT = ("0.11.0", "0.20.2", "0.33.0")
+# Releases between the pins, FULL-only: they pin the boundaries kvscope's version gates draw
+# (args.py VersionTraits, kv_cache.py, memory.py) on read code instead of inference.
+VLLM_BOUNDARY = ("0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.0", "0.18.0", "0.19.0",
+                 "0.22.1", "0.24.0", "0.27.1", "0.30.0")
+
+
+def _vkey(version: str):
+    return tuple(int(p) for p in version.split(".") if p.isdigit())
+
+
+# Every vLLM release the suite reads, in version order (VLLM_VERSIONS + VLLM_BOUNDARY).
+VLLM_ALL = tuple(sorted(set(VLLM_VERSIONS) | set(VLLM_BOUNDARY), key=_vkey))
 
 _PIP_TAGS = [
     "--only-binary=:all:",

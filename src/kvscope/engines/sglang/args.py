@@ -24,6 +24,9 @@ from packaging.version import InvalidVersion, Version
 from ...errors import FlagError
 
 LATEST = "0.5.23"
+# First release with the 0.5 GPU ladder and the reserve formula (server_args.py @ v0.5.3
+# _handle_gpu_memory_settings); 0.4.10.post2 still has the 0.4.8 bucket form.
+LADDER_05 = "0.5.3"
 KNOWN_VERSIONS = (
     "0.4.6.post5", "0.4.10.post2", "0.5.3", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11",
     "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.18", "0.5.20", "0.5.23",
@@ -106,9 +109,17 @@ def gpu_bucket_defaults(v: Version, gpu_mem_mib: float | None, tp_size: int) -> 
     Before 0.4.10 (server_args.py @ v0.4.6.post5 l.271-305): chunk 2048 below 25,000 MiB else 8192;
     max_bs 8 (tp<4) / 80 below 25,000 MiB, else left None (the graph runner's own default)."""
     small = tp_size < 4
-    if not at_least(v, "0.4.10"):
+    if not at_least(v, "0.4.8"):
         low = gpu_mem_mib is not None and gpu_mem_mib < 25_000
         return (2048 if low else 8192), ((8 if small else 80) if low else None)
+    if not at_least(v, LADDER_05):
+        # server_args.py @ v0.4.8 l.318-338 (same in 0.4.8.post1, 0.4.9, 0.4.10.post2 l.362-380):
+        # chunk 2048 / 8192 / 16384 at 35 and 160 GiB (4096 unknown GPU); max_bs 8|80 below 35 GiB only.
+        if gpu_mem_mib is None:
+            return 4096, None
+        if gpu_mem_mib < 35 * 1024:
+            return 2048, 8 if small else 80
+        return (8192 if gpu_mem_mib < 160 * 1024 else 16384), None
     if gpu_mem_mib is None:
         return 4096, 160
     if gpu_mem_mib < 20 * 1024:
@@ -187,9 +198,12 @@ def vlm_factor(vit_num_layers: int, vit_hidden_size: int) -> float:
     return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
-def _legacy_fraction(v: Version, gpu_mem_mib: float | None, parallel_size: int) -> float:
-    """v0.4.6.post5 (server_args.py l.246-268) and v0.4.10.post2 (l.310-351)."""
-    if not at_least(v, "0.4.10"):
+def _legacy_fraction(v: Version, gpu_mem_mib: float | None, parallel_size: int, speculative: bool,
+                     dp_attention: bool) -> float:
+    """Before 0.4.8: fixed table (server_args.py @ v0.4.6.post5 l.246-268, unchanged in 0.4.7).
+    0.4.8 up to the 0.5 formula: reserved MiB per GPU bucket, +2 GiB with any speculative algorithm,
+    +4 GiB with DP attention, one rounding (server_args.py @ v0.4.8 l.285-315, 0.4.10.post2 l.310-351)."""
+    if not at_least(v, "0.4.8"):
         if gpu_mem_mib is None:
             return 0.88  # server_args.py @ v0.4.6.post5 l.247-261: unknown GPU -> 0.88 whatever tp*pp
         if gpu_mem_mib > 81920:
@@ -203,16 +217,19 @@ def _legacy_fraction(v: Version, gpu_mem_mib: float | None, parallel_size: int) 
         return 0.88
     if gpu_mem_mib is None:
         return 0.88
-    gb = gpu_mem_mib / 1024
-    if gb < 35:
-        reserved = 2.8 + parallel_size / 10
-    elif gb < 90:
-        reserved = 9.5 + parallel_size / 2
-    elif gb < 160:
-        reserved = 12 + parallel_size / 2
+    if gpu_mem_mib < 35 * 1024:
+        reserved_mem = (2.8 + parallel_size / 10) * 1024
+    elif gpu_mem_mib < 90 * 1024:
+        reserved_mem = (9.5 + parallel_size / 2) * 1024
+    elif gpu_mem_mib < 160 * 1024:
+        reserved_mem = (12 + parallel_size / 2) * 1024
     else:
-        reserved = 32
-    return round((gb - reserved) / gb, 3)
+        reserved_mem = 32 * 1024
+    if speculative:
+        reserved_mem += 2 * 1024
+    if dp_attention:
+        reserved_mem += 4 * 1024
+    return round((gpu_mem_mib - reserved_mem) / gpu_mem_mib, 3)
 
 
 def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float | None, *, is_mla: bool = False,
@@ -231,11 +248,16 @@ def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float |
     if a.mem_fraction_static is not None:
         return ResolvedDefaults(chunk, max_bs, a.mem_fraction_static, "user", None, prefill_tokens, None)
     spec = (a.speculative_algorithm or "").upper() or None
-    if not at_least(v, "0.5.3"):
-        mfs = _legacy_fraction(v, gpu_mem_mib, a.tp_size * a.pp_size)
-        if spec and at_least(v, "0.4.10") and gpu_mem_mib is not None:
-            mfs = round((gpu_mem_mib / 1024 * mfs - 2) / (gpu_mem_mib / 1024), 3)  # +2 GiB for spec
+    if not at_least(v, LADDER_05):
+        mfs = _legacy_fraction(v, gpu_mem_mib, a.tp_size * a.pp_size, spec is not None, a.enable_dp_attention)
         factor = None
+        if is_multimodal and at_least(v, "0.4.10"):
+            # adjust_mem_fraction_for_vlm (server_args.py @ v0.4.10.post2 l.357-359, 2040)
+            factor = vlm_factor(vit_num_layers, vit_hidden_size)
+            mfs = mfs * factor
+        elif is_multimodal and at_least(v, "0.4.9"):
+            factor = 0.90  # server_args.py @ v0.4.9 l.327-329: multimodal -> x0.90
+            mfs = mfs * factor
         return ResolvedDefaults(chunk, max_bs, mfs, "default", None, prefill_tokens, factor)
     activation_tokens = max(chunk, 2048) if chunk > 0 else max(a.max_prefill_tokens, 2048)
     reserved = 512 + activation_tokens * 1.5
