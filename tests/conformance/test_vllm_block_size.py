@@ -18,11 +18,10 @@ from kvscope.errors import ConfigError
 from .conftest import count_cases, require_source
 from .vllm_engine_backend import BackendCase, backend_members, engine
 from .vllm_engine_mem import vtuple
-from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
+from .wheels import VLLM_ALL, VLLM_DEFAULT
 
-# 0.24.0 and 0.30.0 (not in wheels.VLLM_VERSIONS) pin the boundaries between 0.20.2/0.26.0 and 0.28.0/0.33.0
-RELEASES = tuple(sorted({v for v in VLLM_VERSIONS if tuple(int(x) for x in v.split(".")[:2]) >= (0, 19)}
-                        | {"0.24.0", "0.30.0"}, key=lambda v: tuple(int(x) for x in v.split("."))))
+# every read release from 0.19 (wheels.VLLM_ALL: the pins plus the FULL-only boundary releases)
+RELEASES = tuple(v for v in VLLM_ALL if vtuple(v) >= (0, 18))  # update_block_size_for_backend from 0.18.0
 DEFAULT = tuple(v for v in RELEASES if v in VLLM_DEFAULT)
 CAPS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0), "sm100": (10, 0), "sm103": (10, 3),
         "sm120": (12, 0), "gfx942": (9, 4), "gfx950": (9, 5)}  # ROCm: DeviceCapability of the GCN arch
@@ -159,7 +158,8 @@ def test_block_size_flash_attn_hd256_blackwell(version: str) -> None:
         assert _kvscope(version, *case) == want, case
 
 
-CLASSIC_16 = ("0.16.0", "0.17.0")  # MLA block rule of check_and_update_config between 0.11 and 0.19
+# MLA block rule of check_and_update_config between 0.11 and 0.19: every read release 0.12-0.18
+CLASSIC_16 = tuple(v for v in VLLM_ALL if (0, 12) <= vtuple(v) < (0, 18))
 
 
 @pytest.mark.conformance_full

@@ -44,7 +44,7 @@ import pytest
 from . import cases
 from .conftest import count_cases, require_source
 from .vllm_engine_kv import KVCase, MambaCase, hybrid_alignment, hybrid_members, kv_engine, kv_members, vtuple
-from .wheels import VLLM_DEFAULT, VLLM_VERSIONS
+from .wheels import VLLM_ALL, VLLM_DEFAULT
 
 kvc = pytest.importorskip("kvscope.engines.vllm.kv_cache")
 args_mod = pytest.importorskip("kvscope.engines.vllm.args")
@@ -320,10 +320,7 @@ def kvscope_side(c: KVCase, version: str) -> dict:
     if res.error == kvc.AUTO_FIT_ERROR:
         return out
     out["needed"] = list(res.needed_memory_bytes)
-    cfg = kvc.scheduler_view_for(scheduler_view(c), traits).with_max_model_len(res.max_model_len)
-    legacy = not args_mod.parse_version(version) >= args_mod.parse_version("0.14")
-    out["estimated"] = [kvc.estimate_max_model_len(m, p, cfg, per_layer=legacy)
-                        for p, m in zip(plans, res.check_memory_bytes) if p.groups]
+    out["estimated"] = list(res.estimated_max_model_lens)
     if res.error is None:
         out["num_blocks"] = res.num_blocks
         out["tokens"] = f"{res.kv_cache_tokens:,}"
@@ -422,7 +419,7 @@ KNOWN: dict = {}
 
 def _params():
     out = []
-    for v in VLLM_VERSIONS:
+    for v in VLLM_ALL:
         marks = [pytest.mark.xfail(strict=True, reason=KNOWN[v])] if v in KNOWN else []
         if v not in VLLM_DEFAULT:
             marks.append(pytest.mark.conformance_full)

@@ -62,10 +62,10 @@ def kv_members(version: str) -> Tuple[str, ...]:
     v = vtuple(version)
     out = [INTERFACE, UTILS, MAMBA_UTILS, *MODEL_CONFIG]
     if v >= (0, 33):
-        out += [PLANNING, BUILDER, LAYOUT]
-    if v >= (0, 26):
-        out += [REGISTRY, MANAGERS]
-    if v >= (0, 19):
+        out += [PLANNING, BUILDER]
+    if v >= (0, 24):  # kv_cache_spec_registry.py from 0.24.0, kv_cache_layout.py from 0.30.0 (absent: recorded)
+        out += [REGISTRY, MANAGERS, LAYOUT]
+    if v >= (0, 12):  # vllm/utils/math_utils.py + mem_utils.py from 0.12.0
         out += [MATH_UTILS, MEM_UTILS]
     else:
         out += [UTILS_INIT]
@@ -237,12 +237,15 @@ class VllmKV:
         mods: Dict[str, Any] = {"torch": _torch_module(), "vllm.logger": logger_mod}
         import typing
         mods["typing_extensions"] = loader.StubModule("typing_extensions", {"Self": typing.Any})
-        if self.v >= (0, 19):
+        if self.v >= (0, 12):  # utils split into math_utils / mem_utils / torch_utils (0.12.0)
             math_utils = self._exec(MATH_UTILS, {}, "vllm.utils.math_utils")
-            fmt = loader.compile_defs(self.src.read(MEM_UTILS), self.origin(MEM_UTILS), ["format_gib"],
-                                      {"GiB_bytes": GiB})["format_gib"]
+            mem: Dict[str, Any] = {}
+            if "def format_gib" in self.src.read(MEM_UTILS):  # 0.14+; 0.12/0.13 print GiB_bytes inline
+                mem["format_gib"] = loader.compile_defs(self.src.read(MEM_UTILS), self.origin(MEM_UTILS),
+                                                        ["format_gib"], {"GiB_bytes": GiB})["format_gib"]
             mods["vllm.utils.math_utils"] = math_utils
-            mods["vllm.utils.mem_utils"] = loader.StubModule("vllm.utils.mem_utils", {"format_gib": fmt})
+            mods["vllm.utils.mem_utils"] = loader.StubModule("vllm.utils.mem_utils", mem)
+            mods["vllm.utils.mem_constants"] = loader.StubModule("vllm.utils.mem_constants", {"GiB_bytes": GiB})
             mods["vllm.utils.torch_utils"] = loader.StubModule(
                 "vllm.utils.torch_utils", {"get_dtype_size": get_dtype_size})
             self.cdiv = math_utils.cdiv
@@ -251,7 +254,8 @@ class VllmKV:
             mods["vllm.utils"] = loader.StubModule(
                 "vllm.utils", {"cdiv": cdiv, "get_dtype_size": get_dtype_size, "GiB_bytes": GiB})
             self.cdiv = cdiv
-        if self.v >= (0, 33):
+        self.has_registry = self.v >= (0, 24) and self.src.has(REGISTRY)
+        if self.v >= (0, 30) and self.src.has(LAYOUT):  # kv_cache_layout.py (0.30.0+)
             # vllm/v1/attention/backend.py MultipleOf: block-stride alignment in kernel blocks
             @dataclass(frozen=True)
             class MultipleOf:
@@ -259,7 +263,7 @@ class VllmKV:
             mods["vllm.v1.attention.backend"] = loader.StubModule("vllm.v1.attention.backend",
                                                                   {"MultipleOf": MultipleOf})
             mods["vllm.v1.kv_cache_layout"] = self._exec(LAYOUT, mods, "vllm.v1.kv_cache_layout")
-        if self.v >= (0, 26):
+        if self.has_registry:
             mods["vllm.v1.kv_cache_spec_registry"] = self._exec(REGISTRY, mods, "vllm.v1.kv_cache_spec_registry")
         self.iface = self._exec(INTERFACE, mods, "vllm.v1.kv_cache_interface")
         mods["vllm.v1.kv_cache_interface"] = self.iface
@@ -278,7 +282,7 @@ class VllmKV:
             self.planning = self._exec(PLANNING, mods, "vllm.v1.core.kv_cache_planning")
             mods["vllm.v1.core.kv_cache_planning"] = self.planning
         self._mods = mods
-        if self.v >= (0, 26):
+        if self.has_registry:
             self._register_specs()
         self._load_helpers()
 
@@ -396,11 +400,11 @@ class VllmKV:
             if kind == "full":
                 if mla and not old:
                     kw = dict(cache_dtype_str=c.cache_dtype)
-                    if self.v >= (0, 28):
+                    if "state_content_bytes" in _fields(I.MLAAttentionSpec):
                         # MLAAttention.get_kv_cache_spec (layers/attention/mla_attention.py @ v0.28.0):
                         # the 656-byte fp8_ds_mla row moved from the spec class into the layer
                         kw["state_content_bytes"] = 656 if c.cache_dtype == "fp8_ds_mla" else None
-                    if self.v >= (0, 33):
+                    if "max_tp_shards" in _fields(I.MLAAttentionSpec):
                         kw["max_tp_shards"] = 1
                     out[i] = I.MLAAttentionSpec(**common, **kw)
                 else:
@@ -416,9 +420,7 @@ class VllmKV:
                                           page_size_padded=c.mamba_page_size_padded)
                 if self.v >= (0, 11):
                     kw["num_speculative_blocks"] = c.num_speculative_blocks
-                if self.v >= (0, 19) and self.v < (0, 33):
-                    kw["mamba_cache_mode"] = c.mamba_cache_mode
-                if self.v >= (0, 33):
+                if "mamba_cache_mode" in _fields(I.MambaSpec):
                     kw["mamba_cache_mode"] = c.mamba_cache_mode
                 out[i] = I.MambaSpec(**kw)
             else:
@@ -457,7 +459,7 @@ class VllmKV:
         res.num_blocks = configs[0].num_blocks
         glob = self._global_groups
         res.groups = [(tuple(idx[n] for n in g.layer_names), g.kv_cache_spec) for g in glob]
-        if groups and self.v >= (0, 28):
+        if groups and hasattr(self.utils, "update_kv_cache_capacity"):
             sched = self.utils.generate_scheduler_kv_cache_config(configs)
             self.utils.update_kv_cache_capacity(cfg, sched)
         res.messages = list(self.logger.messages)
@@ -503,7 +505,17 @@ class VllmKV:
         if res.max_model_len is not None:  # after auto-fit
             cfg.model_config.max_model_len = res.max_model_len
         try:
-            if self.v < (0, 19):
+            if (0, 14) <= self.v < (0, 17):
+                # one check on the global groups against the smallest worker (kv_cache_utils.py
+                # @ v0.14.1-v0.16.0 get_kv_cache_configs)
+                merged = {}
+                for w in workers:
+                    merged.update(w)
+                glob = P.get_kv_cache_groups(cfg, merged)
+                if glob:
+                    needed.append(P._max_memory_usage_bytes_from_groups(cfg, glob))
+                    est.append(P._estimate_max_model_len_from_groups(cfg, glob, min(c.available)))
+            elif self.v < (0, 17) or not hasattr(P, "_project_kv_cache_groups_to_worker"):
                 for w, a in zip(workers, c.available):
                     if not w:
                         continue
@@ -534,14 +546,23 @@ class VllmKV:
                         est.append(P._estimate_max_model_len_from_groups(builder, cfg, groups, a))
                     else:
                         if override is not None and hasattr(P, "_pool_bytes_per_block"):  # 0.20.2+
-                            a = override * (P._pool_bytes_per_block(cfg, groups) if self.v >= (0, 26)
+                            two = P._pool_bytes_per_block.__code__.co_argcount == 2  # (vllm_config, groups): 0.24-0.28
+                            a = override * (P._pool_bytes_per_block(cfg, groups) if two
                                             else P._pool_bytes_per_block(groups))
+                        if "check_memory = [" in self.src.read(UTILS):
+                            # 0.30: the check runs on available - one block (the null block)
+                            a -= P._pool_bytes_per_block(groups)
                         needed.append(P._max_memory_usage_bytes_from_groups(cfg, groups))
                         est.append(P._estimate_max_model_len_from_groups(cfg, groups, a))
         except (ValueError, NotImplementedError, AssertionError):
             return
         res.needed_bytes = needed
         res.estimated_max_len = est
+
+
+def _fields(cls: Any) -> set:
+    import dataclasses
+    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
 
 
 def kv_engine(version: str, _cache: Dict[str, VllmKV] = {}) -> VllmKV:  # noqa: B006 - per-process cache
@@ -617,7 +638,9 @@ def _hybrid_fn(engine: "VllmKV") -> Any:
                                   ["Platform._align_hybrid_block_size"], {"logger": engine.logger},
                                   modules=modules)
         backend = _FlashAttentionBackend(multiple_of)
-        host = type("CudaPlatform", (), {"_find_non_ssm_backends": classmethod(lambda cls, cfg: [backend])})
+        host = type("CudaPlatform", (), {"_find_non_ssm_backends": classmethod(lambda cls, cfg: [backend]),
+                                         # 0.30+: no sparse indexer in the generated hybrids (input)
+                                         "_get_indexer_block_alignment": classmethod(lambda cls, cfg: None)})
         fn = fns["_align_hybrid_block_size"].__func__
 
         def run(cfg: Any) -> None:
@@ -632,7 +655,11 @@ def _hybrid_fn(engine: "VllmKV") -> Any:
                      "MLAAttentionSpec": getattr(I, "MLAAttentionSpec", None), "ModelRegistry": registry,
                      "AttentionBackendEnum": types.SimpleNamespace(CUTLASS_MLA="CUTLASS_MLA"),
                      "_Backend": types.SimpleNamespace(CUTLASS_MLA="CUTLASS_MLA"),
-                     "envs": types.SimpleNamespace(VLLM_USE_V1=True)}  # V1 engine (default from 0.10)
+                     "envs": types.SimpleNamespace(VLLM_USE_V1=True),  # V1 engine (default from 0.10)
+                     # 0.12-0.17 ask the platform for Blackwell + head 256 (FlashInfer, 32): the
+                     # cases are FlashAttention on a non-Blackwell device (input, as from 0.20)
+                     "current_platform": types.SimpleNamespace(is_device_capability=lambda cap: False,
+                                                               is_device_capability_family=lambda cap: False)}
         fns = loader.compile_defs(engine.src.read(HYBRID_CONFIG), engine.origin(HYBRID_CONFIG),
                                   ["HybridAttentionMambaModelConfig.verify_and_update_config"], stand_ins)
         fn = fns["verify_and_update_config"].__func__
@@ -650,6 +677,7 @@ def hybrid_alignment(engine: "VllmKV", c: KVCase) -> HybridAlignment:
     heads = engine.num_kv_heads(c)
     cache = types.SimpleNamespace(
         block_size=c.block_size, mamba_cache_mode=c.mamba_cache_mode, mamba_block_size=None,
+        enable_prefix_caching=c.mamba_cache_mode == "align",  # 0.12-0.14 align on this flag
         user_specified_mamba_block_size=False, mamba_page_size_padded=None, calculate_kv_scales=False,
         cache_dtype=c.cache_dtype if c.cache_dtype != "auto" else "auto", kv_cache_dtype_skip_layers=None)
     model = types.SimpleNamespace(

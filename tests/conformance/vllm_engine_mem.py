@@ -192,6 +192,24 @@ class _Platform:
     def is_device_capability(self, cap: Any, *_a: Any) -> bool:
         return tuple(cap) == tuple(self.capability)
 
+    # 0.12-0.18 mem_utils.py ask the platform (not torch.accelerator) for torch's own counters
+    def _api(self) -> Any:
+        if self.dev is None:
+            raise loader.StandInMissing("conformance: platform memory query without a device")
+        return fake_torch(self.dev).cuda
+
+    def memory_stats(self, *a: Any) -> Dict[str, int]:
+        return self._api().memory_stats(*a)
+
+    def memory_reserved(self, *a: Any) -> int:
+        return self._api().memory_reserved(*a)
+
+    def empty_cache(self, *a: Any) -> None:
+        return self._api().empty_cache(*a)
+
+    def reset_peak_memory_stats(self, *a: Any) -> None:
+        return self._api().reset_peak_memory_stats(*a)
+
     def set_device(self, *_a: Any) -> None:
         pass
 
@@ -203,15 +221,20 @@ class _Platform:
 # source helpers
 # ---------------------------------------------------------------------------------------------
 
-def compile_classes(text: str, origin: str, names: List[str], stand_ins: Dict[str, Any]) -> Dict[str, Any]:
+def compile_classes(text: str, origin: str, names: List[str], stand_ins: Dict[str, Any],
+                    modules: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Execute module-level ``class``es (with their decorators, e.g. ``@dataclass``) under one
-    strict globals dict (they can name each other); they keep the engine's file name and lines."""
+    strict globals dict (they can name each other); they keep the engine's file name and lines.
+    ``modules``: what function-local imports get (``from vllm.platforms import current_platform``
+    inside ``MemorySnapshot.measure``, mem_utils.py @ v0.12.0)."""
     tree = loader._parse(text, origin)
     mod_name = f"_kvscope_conformance.{origin}"
     sys.modules.setdefault(mod_name, types.ModuleType(mod_name))
     values = loader.module_literals(text, origin)
     values.update(stand_ins)
     g = loader.StrictGlobals(mod_name, values)
+    if modules:
+        g["__builtins__"] = loader._import_hook(modules, origin)
     out: Dict[str, Any] = {}
     for name in names:
         node = loader._find_in(tree.body, name, ast.ClassDef)
@@ -328,7 +351,7 @@ class VllmMem:
 
     @property
     def mem_member(self) -> str:
-        return "vllm/utils/mem_utils.py" if self.v >= (0, 14) else "vllm/utils/__init__.py"
+        return "vllm/utils/mem_utils.py" if self.v >= (0, 12) else "vllm/utils/__init__.py"
 
     @property
     def old_request(self) -> bool:
@@ -363,10 +386,11 @@ class VllmMem:
                 "field": dataclasses.field, "current_platform": platform, "psutil": None,
                 "GiB_bytes": GiB, "contextlib": contextlib, "Generator": Any, "Optional": Optional,
                 "logger": _Logger()}
-        if self.v >= (0, 14):
+        if loader.has_def(text, origin, "format_gib"):  # mem_utils.py format_gib (0.14+)
             fmt = loader.compile_defs(text, origin, ["format_gib"], base)["format_gib"]
             base["format_gib"] = fmt
-        classes = compile_classes(text, origin, ["MemorySnapshot", "MemoryProfilingResult"], base)
+        classes = compile_classes(text, origin, ["MemorySnapshot", "MemoryProfilingResult"], base,
+                                  {"vllm.platforms": types.SimpleNamespace(current_platform=platform)})
         snap, res = classes["MemorySnapshot"], classes["MemoryProfilingResult"]
         base.update(classes)
         prof = loader.compile_defs(text, origin, ["memory_profiling"], base)["memory_profiling"]
@@ -407,11 +431,17 @@ class VllmMem:
             "init_worker_distributed_environment": lambda *a, **k: None, "set_random_seed": lambda *a: None,
             "_check_if_gpu_supports_dtype": lambda *a: None,
             "gc": _GC, "MemorySnapshot": mc["MemorySnapshot"], "GiB_bytes": GiB, "GPUModelRunner": runner,
-            "report_usage_stats": lambda *a: None,
-        })["init_device"])
+            "report_usage_stats": lambda *a: None, "init_workspace_manager": lambda *a, **k: None,
+        }, {"vllm.v1.worker.gpu_model_runner": types.SimpleNamespace(GPUModelRunner=runner)})["init_device"])
         worker = loader.make_host("Worker", {}, {
-            "device_config": _Cfg(device=_Cfg(type="cuda")), "local_rank": 0, "rank": 0,
-            "model_config": _Cfg(dtype="bfloat16", seed=0), "vllm_config": None, "distributed_init_method": "",
+            # 0.12/0.13 test ``isinstance(device, torch.device)``: the fake torch's device class
+            "device_config": _Cfg(device=mc["torch"].device("cuda:0")), "local_rank": 0, "rank": 0,
+            "parallel_config": _Cfg(data_parallel_size=1, data_parallel_size_local=1, local_world_size=1,
+                                    distributed_executor_backend=None),
+            "use_v2_model_runner": False,
+            "model_config": _Cfg(dtype="bfloat16", seed=0), "distributed_init_method": "",
+            "vllm_config": _Cfg(parallel_config=_Cfg(data_parallel_backend="mp", nnodes_within_dp=1, enable_dbo=False,
+                                                     data_parallel_size=1, data_parallel_size_local=1)),
             "cache_config": cache_config,
         })
         try:
@@ -617,7 +647,7 @@ class _UsageContext:
 def mem_members(version: str) -> Tuple[str, ...]:
     v = vtuple(version)
     out = ["vllm/v1/worker/gpu_worker.py", "vllm/v1/worker/utils.py", "vllm/envs.py", "vllm/config/cache.py"]
-    out.append("vllm/utils/mem_utils.py" if v >= (0, 14) else "vllm/utils/__init__.py")
+    out.append("vllm/utils/mem_utils.py" if v >= (0, 12) else "vllm/utils/__init__.py")
     if v >= (0, 26):
         out += ["vllm/v1/worker/startup_plan.py", "vllm/multimodal/gpu_ipc_memory.py"]
     return tuple(out)
@@ -672,7 +702,7 @@ def maxlen_members(version: str) -> Tuple[str, ...]:
     v = vtuple(version)
     out = ["vllm/transformers_utils/config.py", "vllm/envs.py"]
     out.append("vllm/config/model.py" if v >= (0, 11) else "vllm/config/__init__.py")
-    if v >= (0, 19):
+    if v >= (0, 12):  # absent members are recorded (the convertor arrived later than patch_rope_parameters)
         out += ["vllm/transformers_utils/model_arch_config_convertor.py", "vllm/config/utils.py"]
     return tuple(out)
 
@@ -690,13 +720,14 @@ class _MaxLen:
         envs = types.SimpleNamespace()
         platform = types.SimpleNamespace(is_tpu=lambda: False, check_max_model_len=lambda n: n)
         stand = {"logger": _Logger(), "current_platform": platform, "envs": envs}
-        if v >= (0, 19):
+        if loader.has_def(tu_text, tu_origin, "patch_rope_parameters"):  # rope_parameters era (0.12+)
             cu = "vllm/config/utils.py"
             getattr_iter = loader.compile_defs(eng.text(cu), eng.origin(cu), ["getattr_iter"],
                                                {"logger": _Logger()})["getattr_iter"]
             utils_mod = types.SimpleNamespace(getattr_iter=getattr_iter)
-            names = ["is_rope_parameters_nested", "patch_rope_parameters"]
-            for extra in ("patch_rope_parameters_dict", "patch_legacy_rope_type", "iter_rope_parameters"):
+            names = ["patch_rope_parameters"]
+            for extra in ("is_rope_parameters_nested", "patch_rope_parameters_dict", "patch_legacy_rope_type",
+                          "iter_rope_parameters"):
                 if loader.has_def(tu_text, tu_origin, extra):
                     names.append(extra)
             self.patch_fns = loader.compile_defs(tu_text, tu_origin, names, {
@@ -705,10 +736,13 @@ class _MaxLen:
             }, {"vllm.config.utils": utils_mod})
             self.patch = self.patch_fns["patch_rope_parameters"]
             conv = "vllm/transformers_utils/model_arch_config_convertor.py"
-            self.derive = loader.compile_defs(eng.text(conv), eng.origin(conv),
-                                              ["ModelArchConfigConvertorBase.derive_max_model_len_and_key"],
-                                              {})["derive_max_model_len_and_key"]
+            self.derive = None
+            if eng.src.has(conv):
+                self.derive = loader.compile_defs(eng.text(conv), eng.origin(conv),
+                                                  ["ModelArchConfigConvertorBase.derive_max_model_len_and_key"],
+                                                  {})["derive_max_model_len_and_key"]
             stand.update({k: f for k, f in self.patch_fns.items()})
+            stand["ALLOWED_LAYER_TYPES"] = _HF_LAYER_TYPES  # 0.12/0.13 model.py imports it from transformers
         else:
             fns = loader.compile_defs(tu_text, tu_origin, ["patch_rope_scaling", "patch_rope_scaling_dict"],
                                       {"logger": _Logger()})

@@ -35,7 +35,8 @@ class VersionTraits:
     total_consumed_formula: bool  # non_kv = total_consumed + transient headroom (mem_utils.py @ v0.27+)
     tokens_from_concurrency: bool  # tokens = int(concurrency * max_model_len) (kv_cache_utils.py @ v0.20.2)
     override_folds_into_available: bool  # num_gpu_blocks_override rewrites available (v0.20.2)
-    error_text_generation: int  # 11 (<0.14), 14 (0.14-0.21, "models's"), 24 (>=0.22: "model's" + CPU hint)
+    error_text_generation: int  # 11 (<0.13), 13 (0.13: ":.2f" GiB + docs link, kv_cache_utils.py @ v0.13.0),
+    #   14 (0.14-0.21, format_gib, "models's"), 24 (>=0.22: "model's" + CPU hint)
     null_block_reserved: bool  # admission check on available - bytes_per_block (kv_cache_planning @ v0.30)
     merged_capacity_log: bool  # "GPU KV cache size: N tokens, Maximum concurrency ..." (v0.28.0)
     mamba_check: str  # "none" | "cap_graphs" (v0.19.0 warning) | "raise" (v0.20.2+ ValueError)
@@ -43,26 +44,33 @@ class VersionTraits:
     # (0.26.0 ModelConfig.is_prefix_caching_supported is True for hybrid but EngineArgs keeps it
     # opt-in: ``... and not model_config.is_hybrid``, arg_utils.py @ v0.26.0)
     in_flight_batches: bool  # SlidingWindowSpec uses max_in_flight_tokens (vllm/config/vllm.py @ v0.26.0)
-    group_size_max_heuristic: bool  # group_size = max when max < 1.5 min (kv_cache_utils.py @ v0.19.0)
+    group_size_max_heuristic: bool  # group_size = max when max < ratio x min (kv_cache_utils.py @ v0.12.0;
+    #   absent in v0.11.0)
     sampler_sorts_vocab: bool  # top-k/top-p by full torch sort (< v0.17.0 topk_topp_sampler.py)
     large_gpu_batch_tier: bool  # >= 160 GiB GPUs: API server max_num_batched_tokens 16384 (arg_utils @ v0.28)
     # --- read by tests/conformance/test_vllm_memory.py against the wheels (first read wheel named;
     # boundaries between two read wheels sit at the later one) ---
     kv_cache_memory_bytes_flag: bool = True  # CacheConfig.kv_cache_memory_bytes (cache.py @ v0.11.0; not 0.10.2)
-    util_pydantic_bounds: bool = True  # Field(gt=0, le=1) (cache.py @ v0.19.0); before only "> 1.0" raises
-    batch_defaults_v2: bool = True  # get_batch_defaults + max_num_seqs*max_model_len cap, chunked
+    util_pydantic_bounds: bool = True  # Field(gt=0, le=1) (cache.py @ v0.12.0); 0.10-0.11 only "> 1.0" raises
+    batch_defaults_v2: bool = True  # get_batch_defaults (arg_utils.py @ v0.12.0) + max_num_seqs*max_model_len cap, chunked
     #   prefill honoured (arg_utils.py @ v0.19.0); 0.10-0.11 _set_default_args: chunked prefill forced on
     gb10_small_tier: bool = True  # GB10 (sm121) kept on the small batch tier (arg_utils.py @ v0.33.0)
     max_len_generation: int = 33  # _get_and_verify_max_len: 10 (rope_scaling; 0.10-0.11), 19 (rope_parameters,
-    #   yarn = original_max_position_embeddings x factor, longrope default; 0.19-0.28), 33 (yarn unscaled)
+    #   yarn = original_max_position_embeddings x factor, longrope default; 0.12-0.28; config/model.py
+    #   @ v0.12.0 / v0.14.1 / v0.17.0 / v0.18.0), 33 (yarn unscaled)
     max_len_error_warning: bool = True  # error text ends with the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning (v0.10.2+)
     transformers_v5: bool = True  # Requires-Dist transformers>=5.5.3 (wheel METADATA @ v0.26.0)
-    classic_block_rule: bool = False  # block size set in CudaPlatformBase.check_and_update_config (0.10-0.11);
+    classic_block_rule: bool = False  # block size set in CudaPlatformBase.check_and_update_config (0.10-0.17);
+    #   Platform.update_block_size_for_backend from v0.18.0 (platforms/interface.py @ v0.18.0)
     #   from 0.19 the attention-backend registry (Platform.update_block_size_for_backend) decides
     sparse_mla_block_64: bool = True  # index_topk (DSA) models forced to 64 (platforms/cuda.py @ v0.11.0)
     mla_block_rule_16: bool = True  # check_and_update_config's MLA rule of v0.16.0/v0.17.0 (Blackwell family
     #   FlashInfer-MLA / CUTLASS-MLA, "% 64" / "% 128" tests); the 0.10-0.11 rule before (0.13/0.14 not read)
     external_weight_budget: bool = True  # request_memory(external_weight_memory) (v1/worker/utils.py @ v0.33.0)
+    performance_mode_flag: bool = True  # EngineArgs.performance_mode (arg_utils.py @ v0.17.0; absent in v0.16.0)
+    max_len_null_factor_ok: bool = True  # "factor": null -> 1.0 (config/model.py @ v0.18.0 l.2032); 0.14-0.17
+    #   multiply by None (TypeError), as 0.10-0.11 do
+    group_size_max_ratio: float = 1.5  # 1.25 in v0.12.0 … v0.17.0, 1.5 from v0.18.0 (kv_cache_utils.py)
 
 
 def parse_version(version: str | None) -> Version:
@@ -82,7 +90,7 @@ def version_traits(version: str | None) -> VersionTraits:
     def at_least(s: str) -> bool:
         return v >= Version(s)
 
-    gen = 24 if at_least("0.22") else 14 if at_least("0.14") else 11
+    gen = 24 if at_least("0.22") else 14 if at_least("0.14") else 13 if at_least("0.13") else 11
     return VersionTraits(
         version=str(v),
         is_v0=not at_least("0.8"),
@@ -99,17 +107,20 @@ def version_traits(version: str | None) -> VersionTraits:
         mamba_check="raise" if at_least("0.20.2") else "cap_graphs" if at_least("0.19") else "none",
         hybrid_prefix_caching=at_least("0.28"),
         in_flight_batches=at_least("0.26"),
-        group_size_max_heuristic=at_least("0.19"),
+        group_size_max_heuristic=at_least("0.12"),
+        group_size_max_ratio=1.5 if at_least("0.18") else 1.25,
         sampler_sorts_vocab=not at_least("0.17"),
         large_gpu_batch_tier=at_least("0.28"),
         kv_cache_memory_bytes_flag=at_least("0.11"),
-        util_pydantic_bounds=at_least("0.19"),
-        batch_defaults_v2=at_least("0.19"),
+        util_pydantic_bounds=at_least("0.12"),
+        batch_defaults_v2=at_least("0.12"),
+        performance_mode_flag=at_least("0.17"),
+        max_len_null_factor_ok=at_least("0.18"),
         gb10_small_tier=at_least("0.33"),
-        max_len_generation=33 if at_least("0.33") else 19 if at_least("0.19") else 10,
+        max_len_generation=33 if at_least("0.33") else 19 if at_least("0.12") else 10,
         max_len_error_warning=at_least("0.10.2"),
         transformers_v5=at_least("0.26"),
-        classic_block_rule=not at_least("0.19"),
+        classic_block_rule=not at_least("0.18"),
         sparse_mla_block_64=at_least("0.11"),
         mla_block_rule_16=at_least("0.16"),
         external_weight_budget=at_least("0.33"),
@@ -139,8 +150,8 @@ class VllmFlags:
     enable_chunked_prefill: bool | None = None
     allow_long_max_model_len: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     api_server: bool = True  # UsageContext.OPENAI_API_SERVER (vllm serve) vs LLM class
-    performance_mode: str = "balanced"  # --performance-mode (v0.19+): "throughput" doubles the defaults
-    attention_backend: str | None = None  # --attention-backend (AttentionBackendEnum name; modelled v0.19+)
+    performance_mode: str = "balanced"  # --performance-mode (v0.17+): "throughput" doubles the defaults
+    attention_backend: str | None = None  # --attention-backend (AttentionBackendEnum name; modelled v0.18+)
 
 
 @dataclass(frozen=True)
@@ -600,9 +611,9 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
     # _get_and_verify_max_len (vllm/config/model.py @ v0.11.0 … v0.33.0)
     mml = verify_max_model_len(mml, derived, traits, flags.allow_long_max_model_len)
     mnbt_default, seqs_default = batch_defaults(gpu_memory_bytes, gpu_name, traits, flags.api_server, gpu_sm)
-    if flags.performance_mode != "balanced" and not traits.batch_defaults_v2:
-        raise FlagError(f"--performance-mode does not exist in vLLM {traits.version} (v0.19+)",
-                        field="--performance-mode", fix="drop it, or use vLLM >= 0.19")
+    if flags.performance_mode != "balanced" and not traits.performance_mode_flag:
+        raise FlagError(f"--performance-mode does not exist in vLLM {traits.version} (v0.17+)",
+                        field="--performance-mode", fix="drop it, or use vLLM >= 0.17")
     if flags.performance_mode == "throughput":
         # _set_default_max_num_seqs_and_batched_tokens_args (arg_utils.py @ v0.19.1 … v0.33.0):
         # unset max_num_batched_tokens / max_num_seqs defaults are doubled
@@ -634,10 +645,10 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
         raise FlagError("--block-size must be positive", field="--block-size", fix="e.g. 16")
     backend: str | None = None
     kv_dtype = flags.kv_cache_dtype
-    if flags.attention_backend is not None and Version(traits.version) < Version("0.19"):
-        raise FlagError(f"--attention-backend is modelled from vLLM 0.19 (got {traits.version}; 0.10-0.11 "
-                        "read VLLM_ATTENTION_BACKEND, not modelled)", field="--attention-backend",
-                        fix="drop it, or use --engine-version 0.19 or later")
+    if flags.attention_backend is not None and traits.classic_block_rule:
+        raise FlagError(f"--attention-backend is modelled from vLLM 0.18 (got {traits.version}; the "
+                        "check_and_update_config era is not modelled)", field="--attention-backend",
+                        fix="drop it, or use --engine-version 0.18 or later")
     if traits.classic_block_rule and gpu_sm is not None:
         block, source = block_size_classic(flags.block_size, is_mla=is_mla, gpu_sm=gpu_sm,
                                            is_sparse_mla=is_sparse_mla, traits=traits,
@@ -647,7 +658,7 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
         block, source = (flags.block_size, "flag") if flags.block_size is not None else \
             (256, "DeepseekSparseSWABackend.get_preferred_block_size (v0.33.0)")
         backend = "DEEPSEEK_V4 sparse MLA"
-    elif gpu_sm is not None and not traits.is_v0 and Version(traits.version) >= Version("0.19"):
+    elif gpu_sm is not None and not traits.is_v0 and not traits.classic_block_rule:
         block, backend, source = default_block_size(
             traits, gpu_sm=gpu_sm, vendor=gpu_vendor, is_mla=is_mla, is_sparse_mla=is_sparse_mla and is_mla,
             kv_cache_dtype=flags.kv_cache_dtype, head_size=head_size or (576 if is_mla else 128),
@@ -689,6 +700,19 @@ _ROPE_KEYS_V4_PATCH = ("rope_theta", "rotary_emb_base", "partial_rotary_factor",
 DEFAULT_MAX_LEN_NO_KEYS = 2048
 
 
+def _rope_default_keys(traits: VersionTraits) -> tuple[str, ...]:
+    """The config keys for which the transformers-v4 branch of ``patch_rope_parameters`` creates
+    ``rope_parameters = {"rope_type": "default"}`` (vllm/transformers_utils/config.py): only
+    ``rope_theta`` in v0.12.0; + rotary_emb_base / partial_rotary_factor / rotary_pct /
+    rotary_emb_fraction in v0.13.0; + original_max_position_embeddings from v0.14.1."""
+    v = Version(traits.version)
+    if v < Version("0.13"):
+        return ("rope_theta",)
+    if v < Version("0.14"):
+        return _ROPE_KEYS_V4_PATCH[:-1]
+    return _ROPE_KEYS_V4_PATCH
+
+
 @dataclass(frozen=True)
 class DerivedMaxModelLen:
     """``derived_max_model_len`` as vLLM holds it (a float once a RoPE factor was applied, which
@@ -726,7 +750,7 @@ def _rope_dicts(config: Mapping[str, Any], traits: VersionTraits) -> list[dict] 
             nested = all(isinstance(v, Mapping) for v in base.values()) and \
                 set(base) <= {"full_attention", "sliding_attention", "chunked_attention", "linear_attention"}
             dicts = [dict(v) for v in base.values()] if nested else [dict(base)]
-        elif any(config.get(k) is not None for k in (_ROPE_KEYS_V4_PATCH if not traits.transformers_v5
+        elif any(config.get(k) is not None for k in (_rope_default_keys(traits) if not traits.transformers_v5
                                                       else ("rope_theta", "rotary_emb_base"))):
             dicts = [{"rope_type": "default"}]
         else:
@@ -753,8 +777,8 @@ def derive_max_model_len(config: Mapping[str, Any], traits: VersionTraits) -> De
       2048 (only when the user passes no value);
     * RoPE (skipped for ``gemma3*``): types other than su/longrope/llama3 (0.33: also yarn,
       deepseek_yarn, deepseek_llama_scaling) multiply by ``factor`` (default 1.0, ``None`` -> 1.0
-      from 0.19); up to 0.28 yarn starts from ``original_max_position_embeddings``;
-    * from 0.19 a longrope model defaults to the top-level ``original_max_position_embeddings``.
+      from 0.18; a TypeError before); up to 0.28 yarn starts from ``original_max_position_embeddings``;
+    * from 0.12 a longrope model defaults to the top-level ``original_max_position_embeddings``.
 
     Not modelled: ``tokenizer_config.json``'s ``model_max_length``, ``--disable-sliding-window``,
     encoder configs, draft models.
@@ -797,9 +821,11 @@ def derive_max_model_len(config: Mapping[str, Any], traits: VersionTraits) -> De
                     factor = rp.get("factor", factor)
                     if gen == 19 and rp["rope_type"] == "yarn":
                         derived = rp["original_max_position_embeddings"]
-            if factor is None:
-                factor = 1.0
-            derived *= factor
+            if factor is None and not traits.max_len_null_factor_ok:
+                error = (f"rope_scaling.factor is null: vLLM {traits.version} fails reading it "
+                         "(TypeError in _get_and_verify_max_len; 0.18+ falls back to 1.0)")
+            else:
+                derived *= 1.0 if factor is None else factor
     default = int(derived) if error is None else 0
     if gen >= 19 and rope and any(rp["rope_type"] == "longrope" for rp in rope):
         default = int(config.get("original_max_position_embeddings", derived))

@@ -146,13 +146,19 @@ class KVCachePlan:
         kv_cache_planning.py @ v0.33.0 agree for uniform page sizes)."""
         return sum(g.spec.max_memory_usage_blocks(cfg) for g in self.groups)
 
-    def needed_memory_bytes(self, cfg: SchedulerView, per_layer: bool = False) -> int:
+    def needed_memory_bytes(self, cfg: SchedulerView, per_layer: bool = False, first_group_only: bool = False) -> int:
         """``_max_memory_usage_bytes_from_groups``: bytes_per_block x blocks for one request
-        (kv_cache_utils.py @ v0.14.1+, padding layers included).
+        (kv_cache_utils.py @ v0.19.0+, padding layers included).
 
-        ``per_layer``: up to v0.11.0 the admission check summed ``max_memory_usage_bytes`` over the
+        ``per_layer``: up to v0.13.0 the admission check summed ``max_memory_usage_bytes`` over the
         worker's layers instead (``max_memory_usage_bytes(vllm_config, kv_cache_spec.values())`` in
-        ``check_enough_kv_cache_memory``, kv_cache_utils.py @ v0.10.1.1 / v0.11.0): no padding layers.
+        ``check_enough_kv_cache_memory``, kv_cache_utils.py @ v0.10.1.1 / v0.11.0 / v0.12.0 /
+        v0.13.0): no padding layers.
+
+        ``first_group_only``: v0.14.1 … v0.18.0 take the blocks of the *first* group's spec only
+        (``blocks_needed = cdiv(any_spec.max_memory_usage_bytes(vllm_config), page_size)`` with
+        ``any_spec = kv_cache_groups[0].kv_cache_spec``, kv_cache_utils.py @ v0.14.1 l.1346 /
+        v0.18.0); v0.19.0 sums over the groups.
         """
         if not self.groups:
             return 0
@@ -160,6 +166,8 @@ class KVCachePlan:
             return sum(g.spec.max_memory_usage_blocks(cfg) * (sum(g.per_layer_pages) if g.per_layer_pages
                                                               else len(g.layer_ids) * g.spec.page_size_bytes)
                        for g in self.groups)
+        if first_group_only and not (len(self.groups) == 1 and self.groups[0].per_layer_pages is not None):
+            return self.bytes_per_block * self.groups[0].spec.max_memory_usage_blocks(cfg)
         return self.bytes_per_block * self.blocks_per_request(cfg)
 
 
@@ -325,7 +333,8 @@ def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) ->
     different pages -> one UniformType group (``UniformTypeKVCacheSpecs``, first seen v0.11.0);
     4. hybrid -> unify page sizes by scaling block sizes (``unify_kv_cache_spec_page_size``,
     first seen v0.19.0; v0.10/v0.11 raise ``NotImplementedError``), bucket by spec,
-    ``group_size = min(len)`` (or ``max(len)`` when ``max < 1.5 * min``, first seen v0.19.0),
+    ``group_size = min(len)`` (or ``max(len)`` when ``max < 1.25 * min`` from v0.12.0, ``1.5 * min``
+    from v0.18.0; kv_cache_utils.py @ v0.12.0 / v0.17.0 / v0.18.0; v0.11.0 has no such rule),
     each bucket split into ``cdiv(len, group_size)`` groups of ``layers[i::n]`` (v0.11.0+;
     v0.10.x takes consecutive slices ``layers[i:i + group_size]``,
     ``_get_kv_cache_config_uniform_page_size`` in kv_cache_utils.py @ v0.10.1.1), the last padded.
@@ -353,7 +362,7 @@ def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) ->
         buckets.setdefault(specs[i], []).append(i)
     lens = [len(v) for v in buckets.values()]
     group_size = min(lens)
-    if traits.group_size_max_heuristic and max(lens) < min(lens) * 1.5:
+    if traits.group_size_max_heuristic and max(lens) < min(lens) * traits.group_size_max_ratio:
         group_size = max(lens)
     groups: list[KVCacheGroup] = []
     padding = 0
@@ -385,9 +394,11 @@ def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> di
       v0.20.2; before, scaling its block size trips ``assert new_spec.page_size_bytes ==
       max_page_size``);
     * a smaller non-MLA attention page that does not divide: padded (``page_size_padded``,
-      kv_cache_planning.py @ v0.33.0); v0.26/v0.28 pad only when the backend sets
-      ``indexes_kv_by_block_stride`` (spec default False, kv_cache_utils.py @ v0.26.0 / v0.28.0);
-    * otherwise ``NotImplementedError``, whose text changed at v0.26 and v0.33.
+      kv_cache_utils.py @ v0.30.0, kv_cache_planning.py @ v0.33.0); v0.24 … v0.28 pad only when
+      the backend sets ``indexes_kv_by_block_stride`` (spec default False, kv_cache_utils.py
+      @ v0.24.0 / v0.26.0 / v0.28.0);
+    * otherwise ``NotImplementedError``, whose text changed at v0.24 and v0.30 (read in the
+      v0.22.1 / v0.24.0 and v0.28.0 / v0.30.0 wheels).
     """
     pages = {s.page_size_bytes for s in specs.values()}
     if len(pages) <= 1:
@@ -406,7 +417,7 @@ def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> di
                                 "unify_kv_cache_spec_page_size)", field="--block-size",
                                 fix="let vLLM choose the attention block size for this hybrid model")
             out[i] = replace(s, block_size=s.block_size * (top // s.page_size_bytes), page_size_bytes=top)
-        elif _at_least(traits, "0.33") and s.kind in (FULL_ATTN, SLIDING_WINDOW, CHUNKED_LOCAL):
+        elif _at_least(traits, "0.30") and s.kind in (FULL_ATTN, SLIDING_WINDOW, CHUNKED_LOCAL):
             out[i] = replace(s, page_size_bytes=top)
         else:
             raise FlagError(unify_page_size_error(i, traits), field="--block-size",
@@ -416,12 +427,13 @@ def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> di
 
 def unify_page_size_error(layer: int, traits: VersionTraits) -> str:
     """The ``NotImplementedError`` of ``unify_kv_cache_spec_page_size`` (kv_cache_utils.py
-    @ v0.19.0 / v0.26.0, kv_cache_planning.py @ v0.33.0). vLLM names the layer by its module
-    path (``model.layers.3.self_attn.attn``); kvscope gives the decoder layer index."""
-    if not _at_least(traits, "0.26"):
+    @ v0.19.0 / v0.22.1; v0.24.0 … v0.28.0; v0.30.0, kv_cache_planning.py @ v0.33.0). vLLM names
+    the layer by its module path (``model.layers.3.self_attn.attn``); kvscope gives the decoder
+    layer index."""
+    if not _at_least(traits, "0.24"):
         return ("The page size of the layer is not divisible by the maximum page size. "
                 "Cannot unify by adjusting block_size.")
-    tail = ("non-MLA attention layers." if _at_least(traits, "0.33") else
+    tail = ("non-MLA attention layers." if _at_least(traits, "0.30") else
             "attention layers whose backend indexes KV pages by the block stride "
             "(indexes_kv_by_block_stride is True).")
     return (f"Layer {layer}: page size is not divisible by the maximum page size and cannot be "
@@ -489,13 +501,13 @@ def kv_cache_size_tokens(num_blocks: int, plan: KVCachePlan, cfg: SchedulerView,
 
 
 def estimate_max_model_len(available_bytes: int, plan: KVCachePlan, cfg: SchedulerView,
-                           per_layer: bool = False) -> int:
+                           per_layer: bool = False, first_group_only: bool = False) -> int:
     """``_estimate_max_model_len_from_groups``: binary search over [1, max_model_len] for the
     largest length whose one-request need fits; 0 if even one token does not.
-    ``per_layer``: the v0.10/v0.11 ``estimate_max_model_len`` (sum over layers, see
-    :meth:`KVCachePlan.needed_memory_bytes`)."""
+    ``per_layer``: the v0.10-v0.13 ``estimate_max_model_len`` (sum over layers);
+    ``first_group_only``: v0.14-v0.18 (see :meth:`KVCachePlan.needed_memory_bytes`)."""
     def fits(n: int) -> bool:
-        return plan.needed_memory_bytes(cfg.with_max_model_len(n), per_layer) <= available_bytes
+        return plan.needed_memory_bytes(cfg.with_max_model_len(n), per_layer, first_group_only) <= available_bytes
 
     left, right = 1, cfg.max_model_len
     if not fits(left):
@@ -514,12 +526,17 @@ def estimate_max_model_len(available_bytes: int, plan: KVCachePlan, cfg: Schedul
 def scheduler_view_for(cfg: SchedulerView, traits: VersionTraits) -> SchedulerView:
     """What the release's specs read from ``VllmConfig``: sliding-window / chunked-local specs
     use ``max_num_batched_tokens`` before v0.26 (``max_in_flight_tokens`` after,
-    kv_cache_interface.py @ v0.26.0); ``MambaSpec.max_memory_usage_bytes`` is one page before
-    v0.19 (no speculative blocks, no ``mamba_cache_mode``; kv_cache_interface.py @ v0.11.0)."""
+    kv_cache_interface.py @ v0.26.0); ``MambaSpec.max_memory_usage_bytes`` is one page up to
+    v0.11 (kv_cache_interface.py @ v0.11.0), ``cdiv(max_model_len, block_size)`` pages in
+    v0.12.0 … v0.14.1 -- the ``mamba_cache_mode="all"`` formula, no speculative blocks
+    (kv_cache_interface.py @ v0.12.0 / v0.13.0 / v0.14.1) -- and reads ``mamba_cache_mode`` and
+    the speculative blocks from v0.15.1 (kv_cache_interface.py @ v0.15.1, as v0.19.0)."""
     if not traits.in_flight_batches:
         cfg = replace(cfg, in_flight_tokens=cfg.max_num_batched_tokens)
-    if not _at_least(traits, "0.19"):
+    if not _at_least(traits, "0.12"):
         cfg = replace(cfg, mamba_cache_mode="none", num_speculative_blocks=0)
+    elif not _at_least(traits, "0.15"):
+        cfg = replace(cfg, mamba_cache_mode="all", num_speculative_blocks=0)
     return cfg
 
 
@@ -535,6 +552,43 @@ class KVCacheConfigs:
     error: str | None  # the admission check's (or auto-fit's) ValueError text
     estimated_max_model_len: int | None  # in the error (None when the check passed)
     max_model_len: int  # after auto-fit (``--max-model-len -1``, v0.14+)
+    # per admission check (as needed_memory_bytes): the estimate the check's error would print
+    estimated_max_model_lens: tuple[int, ...] = ()
+
+
+def merged_plan(plans: Sequence[KVCachePlan]) -> KVCachePlan:
+    """The global groups (every PP stage's layers) back from the per-worker projections: what
+    v0.14.1 … v0.16.0 check (``global_kv_cache_groups`` in ``get_kv_cache_configs``)."""
+    live = [p for p in plans if p.groups]
+    if len(live) <= 1:
+        return live[0] if live else plans[0]
+    groups = []
+    for k, g in enumerate(live[0].groups):
+        ids = tuple(i for p in live for i in p.groups[k].layer_ids)
+        pages = None
+        if g.per_layer_pages is not None:
+            pages = tuple(x for p in live for x in p.groups[k].per_layer_pages)
+        groups.append(KVCacheGroup(ids, g.spec, pages))
+    return make_plan(groups, live[0].num_padding_layers)
+
+
+def check_rules(traits: VersionTraits) -> tuple[bool, bool, bool]:
+    """(per_layer, first_group_only, global_check) of the release's admission check:
+
+    * per_layer: v0.10 … v0.13 ``check_enough_kv_cache_memory`` per worker, summing
+      ``max_memory_usage_bytes`` over its layers (kv_cache_utils.py @ v0.12.0 / v0.13.0);
+    * first_group_only: v0.14.1 … v0.18.0 ``_max_memory_usage_bytes_from_groups`` counts the
+      first group's blocks (kv_cache_utils.py @ v0.14.1 … v0.18.0; summed from v0.19.0);
+    * global_check: v0.14.1 … v0.16.0 check (and auto-fit) *once*, on the global groups -- every
+      PP stage's layers -- against ``min(available_memory)`` (``get_kv_cache_configs``,
+      kv_cache_utils.py @ v0.14.1 l.1513 / v0.15.1 l.1515 / v0.16.0 l.1515). Under PP the need
+      counts all layers (vLLM #34076: 24.0 GiB needed at PP2 where each stage holds 12.0). From
+      v0.17.0 each worker checks its projected groups (``projected_groups_per_worker``).
+    """
+    per_layer = not _at_least(traits, "0.14")
+    first_group_only = _at_least(traits, "0.14") and not _at_least(traits, "0.19")
+    global_check = _at_least(traits, "0.14") and not _at_least(traits, "0.17")
+    return per_layer, first_group_only, global_check
 
 
 def planner_available_bytes(plans: Sequence[KVCachePlan], available_bytes: Sequence[int], traits: VersionTraits,
@@ -566,8 +620,12 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
       model's tokens as ``num_blocks * cache_config.block_size`` (``cache_block_size``: the
       attention block size, not the spec's for a pure mamba model;
       ``_get_kv_cache_config_uniform_type`` @ v0.10.1.1);
-    * v0.14 … v0.28: override folded into the available memory (v0.20.2+), check per worker on
+    * v0.12.0 / v0.13.0: the same per-worker check, but the capacity is logged after the min;
+    * v0.14.1 … v0.16.0: one check (and auto-fit) on the global groups -- all PP stages' layers
+      -- against the smallest worker's memory (:func:`check_rules`);
+    * v0.17.0 … v0.28: override folded into the available memory (v0.20.2+), check per worker on
       the projected groups (padding included), min over workers, capacity from the min;
+    * v0.14.1 … v0.18.0 count only the first group's blocks in the need (:func:`check_rules`);
     * v0.30+ (kv_cache_planning.py @ v0.33.0): the check runs on ``available - bytes_per_block``
       (the BlockPool's null block).
 
@@ -576,44 +634,52 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
     memory the check uses) or raises :data:`AUTO_FIT_ERROR` when not one token fits.
     """
     cfg = scheduler_view_for(cfg, traits)
-    legacy = not _at_least(traits, "0.14")
+    legacy, first_only, global_check = check_rules(traits)
     avail = planner_available_bytes(plans, available_bytes, traits, num_gpu_blocks_override)
     check = [m - p.bytes_per_block if (traits.null_block_reserved and p.groups) else m
              for p, m in zip(plans, avail)]
+    # the (plan, memory) pairs the admission check runs on
+    if global_check and any(p.groups for p in plans):
+        checks = [(merged_plan(plans), min(m for p, m in zip(plans, check)))]
+    else:
+        checks = [(p, m) for p, m in zip(plans, check) if p.groups]
     needed: list[int] = []
     checked: list[int] = []
+    estimates: list[int] = []
     error = None
     estimated = None
-    if auto_fit and any(p.groups for p in plans):
-        fit = min([cfg.max_model_len] + [estimate_max_model_len(m, p, cfg) for p, m in zip(plans, check)
-                                         if p.groups])
+    if auto_fit and checks:
+        fit = min([cfg.max_model_len] + [estimate_max_model_len(m, p, cfg, first_group_only=first_only)
+                                         for p, m in checks])
         if fit <= 0:
             return KVCacheConfigs(num_blocks=0, kv_cache_tokens=0, max_concurrency=0.0, needed_memory_bytes=(),
-                                  check_memory_bytes=tuple(m for p, m in zip(plans, check) if p.groups),
+                                  check_memory_bytes=tuple(m for _, m in checks),
                                   error=AUTO_FIT_ERROR, estimated_max_model_len=None,
                                   max_model_len=cfg.max_model_len)
         cfg = cfg.with_max_model_len(fit)
-    for p, m in zip(plans, check):
-        if not p.groups:
-            continue
-        need = p.needed_memory_bytes(cfg, per_layer=legacy)
+    for p, m in checks:
+        need = p.needed_memory_bytes(cfg, per_layer=legacy, first_group_only=first_only)
         needed.append(need)
         checked.append(m)
+        estimates.append(estimate_max_model_len(m, p, cfg, per_layer=legacy, first_group_only=first_only))
         if error is not None:
             continue
         if m <= 0:
             error = no_available_memory_error(traits)
         elif need > m:
-            estimated = estimate_max_model_len(m, p, cfg, per_layer=legacy)
+            estimated = estimates[-1]
             error = insufficient_memory_error(cfg.max_model_len, need, m, estimated, traits)
     own = [num_blocks_from_available(m, p) for p, m in zip(plans, avail)]
     blocks = min(own)
+    # v0.10/v0.11 log each worker's capacity before the min over workers; v0.12.0 moved
+    # ``_report_kv_cache_config`` after it (kv_cache_utils.py @ v0.12.0 ``get_kv_cache_configs``)
+    logs_before_min = not _at_least(traits, "0.12")
     if num_gpu_blocks_override is not None:
-        if legacy or not traits.override_folds_into_available:
+        if logs_before_min or not traits.override_folds_into_available:
             own = [num_gpu_blocks_override if p.groups else b for p, b in zip(plans, own)]
         blocks = min(own)
     plan0 = plans[0]
-    shown = own[0] if legacy else blocks
+    shown = own[0] if logs_before_min else blocks
     if plan0.is_attention_free:
         tokens, conc = 0, 0.0
     elif (not _at_least(traits, "0.11") and len(plan0.groups) == 1 and cache_block_size is not None
@@ -625,7 +691,8 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
         conc = max_concurrency(shown, plan0, cfg)
     return KVCacheConfigs(num_blocks=blocks, kv_cache_tokens=tokens, max_concurrency=conc,
                           needed_memory_bytes=tuple(needed), check_memory_bytes=tuple(checked),
-                          error=error, estimated_max_model_len=estimated, max_model_len=cfg.max_model_len)
+                          error=error, estimated_max_model_len=estimated, max_model_len=cfg.max_model_len,
+                          estimated_max_model_lens=tuple(estimates))
 
 
 def format_gib(n: int | float) -> str:
@@ -640,7 +707,7 @@ def no_available_memory_error(traits: VersionTraits) -> str:
     if traits.error_text_generation >= 24:
         msg += ("initializing the engine (this flag also controls CPU memory reservation on the CPU "
                 "backend, despite its name). ")
-    elif traits.error_text_generation >= 14:
+    elif traits.error_text_generation >= 13:  # docs link from v0.13.0 (kv_cache_utils.py l.688)
         msg += "initializing the engine. "
     else:
         return msg + "initializing the engine."
@@ -651,18 +718,21 @@ def no_available_memory_error(traits: VersionTraits) -> str:
 def insufficient_memory_error(max_model_len: int, needed_bytes: int, available_bytes: int,
                               estimated_max_len: int, traits: VersionTraits) -> str:
     """The "To serve at least one request with the model's max seq len" error, per version:
-    v0.11.0 (``:.2f`` GiB, "models's"), v0.14–v0.21 (format_gib, docs link, "models's"),
+    v0.11.0 (``:.2f`` GiB, "models's"), v0.13.0 (the same + docs link), v0.14–v0.21 (format_gib, docs link, "models's"),
     v0.24.0+ ("model's", CPU-backend hint) -- kv_cache_utils.py / kv_cache_planning.py."""
     if traits.error_text_generation < 14:
         est = ("Based on the available memory, "
                f"the estimated maximum model length is {estimated_max_len}.") if estimated_max_len > 0 else ""
+        # v0.13.0 keeps the ``:.2f`` figures and appends the docs link (kv_cache_utils.py @ v0.13.0 l.710)
+        link = (" See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+                if traits.error_text_generation >= 13 else "")
         return (f"To serve at least one request with the models's max seq len "
                 f"({max_model_len}), ({needed_bytes / GiB:.2f} GiB KV "
                 f"cache is needed, which is larger than the available KV cache "
                 f"memory ({available_bytes / GiB:.2f} GiB). "
                 f"{est} "
                 f"Try increasing `gpu_memory_utilization` or decreasing "
-                f"`max_model_len` when initializing the engine.")
+                f"`max_model_len` when initializing the engine.{link}")
     est = ("Based on the available memory, "
            f"the estimated maximum model length is {estimated_max_len}. ") if estimated_max_len > 0 else ""
     if traits.error_text_generation < 24:
