@@ -164,7 +164,8 @@ class SGLang:
             a["cuda_graph_max_bs"] = c.cuda_graph_max_bs
             a["cuda_graph_bs"] = None
             a["piecewise_cuda_graph_tokens"] = None
-            a["piecewise_cuda_graph_max_tokens"] = 4096 if self.v < (0, 5, 9) else None
+            # field default: 4096 up to 0.5.6, None from 0.5.7 (resolved in _handle_gpu_memory_settings)
+            a["piecewise_cuda_graph_max_tokens"] = 4096 if self.v < (0, 5, 7) else None
             on = c.prefill_graph
             a["enable_piecewise_cuda_graph"] = bool(on) if on is not None else False
             a["disable_piecewise_cuda_graph"] = (not on) if on is not None else False
@@ -244,7 +245,14 @@ class SGLang:
                                          "resolved_view": lambda sa: sa}
             if self.v >= (0, 5, 14):
                 stand_ins["Backend"] = self._cuda_graph_module().Backend
-            methods = loader.compile_defs(text, origin, names, stand_ins)
+            modules = {
+                # 0.5.3-0.5.8: lazy `from ...model_config import ModelConfig` (multimodal factor)
+                "sglang.srt.configs.model_config": types.SimpleNamespace(ModelConfig=types.SimpleNamespace(
+                    from_server_args=lambda sa: self._model_config(self._case))),
+                # 0.5.15: `from sglang.srt.arg_groups.overrides import resolved_view` (DeepEP term)
+                "sglang.srt.arg_groups.overrides": types.SimpleNamespace(resolved_view=lambda sa: sa),
+            }
+            methods = loader.compile_defs(text, origin, names, stand_ins, modules=modules)
             methods["get_model_config"] = lambda self_: self._model_config(self._case)
             methods["use_mla_backend"] = lambda self_: self._case.is_mla
             # SGLANG_ENABLE_POST_CAPTURE_KV_SIZING defaults off (environ.py): the predicate is False.

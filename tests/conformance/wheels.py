@@ -26,8 +26,8 @@ SGLANG_VERSIONS = ("0.4.6.post5", "0.5.6", "0.5.9", "0.5.13", "0.5.14", "0.5.18"
 SGLANG_DEFAULT = SGLANG_VERSIONS  # 1-39 MB each: all of them are cheap.
 # FULL-only: the releases between the pins where kvscope's version gates sit (and that real logs
 # come from, e.g. 0.4.8.post1 / 0.5.8.post1 ROCm). All on PyPI with py3 or cp311 wheels (1.5-29 MB).
-SGLANG_EXTRA = ("0.4.8.post1", "0.4.10.post2", "0.5.3", "0.5.7", "0.5.8.post1", "0.5.10", "0.5.12",
-                "0.5.15", "0.5.20", "0.5.21")
+SGLANG_EXTRA = ("0.4.8.post1", "0.4.10.post2", "0.5.3", "0.5.4", "0.5.5", "0.5.7", "0.5.8.post1", "0.5.10",
+                "0.5.12", "0.5.15", "0.5.20", "0.5.21", "0.5.22")
 
 
 def sglang_params(known: Optional[Dict[str, str]] = None) -> list:

@@ -127,7 +127,8 @@ def gpu_bucket_defaults(v: Version, gpu_mem_mib: float | None, tp_size: int) -> 
     if gpu_mem_mib < 35 * 1024:
         if at_least(v, "0.5.20"):  # memory_hook.py @ v0.5.23: 32 GB Blackwell holds bs 48
             return 4096, 48 if small else 160
-        return 2048, 24 if small else 80
+        # tp<4: 16 in server_args.py @ v0.5.3 / v0.5.4, 24 from v0.5.5
+        return 2048, (24 if at_least(v, "0.5.5") else 16) if small else 80
     if gpu_mem_mib < 60 * 1024:
         return 4096, 32 if small else 160
     if gpu_mem_mib < 160 * 1024:
@@ -135,11 +136,12 @@ def gpu_bucket_defaults(v: Version, gpu_mem_mib: float | None, tp_size: int) -> 
     return 16384, 512
 
 
-def capture_token_sizes(max_tokens: int) -> list[int]:
+def capture_token_sizes(max_tokens: int, start_576: bool = True) -> list[int]:
     """``_generate_piecewise_cuda_graph_tokens`` (server_args.py @ v0.5.9) =
-    ``generate_prefill_cuda_graph_batch_sizes`` (arg_groups/cuda_graph_hook.py @ v0.5.23)."""
+    ``generate_prefill_cuda_graph_batch_sizes`` (arg_groups/cuda_graph_hook.py @ v0.5.23).
+    ``start_576=False``: server_args.py @ v0.5.8 / 0.5.8.post1, whose 64-step run starts at 640."""
     sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
-             + list(range(576, 1024 + 1, 64)) + list(range(1280, 4096 + 1, 256))
+             + list(range(576 if start_576 else 640, 1024 + 1, 64)) + list(range(1280, 4096 + 1, 256))
              + list(range(4608, max_tokens + 1, 512)))
     return [s for s in sizes if s <= max_tokens]
 
@@ -159,9 +161,18 @@ def decode_capture_bs(max_bs: int, speculative: bool) -> list[int]:
 
 def _prefill_graph_tokens(v: Version, a: SGLangArgs, chunk: int, is_mla: bool, is_multimodal: bool,
                           is_amd: bool) -> int:
-    """Entries of the prefill (piecewise) graph capture list; 0 when that graph is off."""
-    if not at_least(v, "0.5.0"):
-        return 0  # no piecewise/prefill CUDA graphs before 0.5 (server_args.py @ v0.4.6.post5)
+    """Entries of the prefill (piecewise) graph capture list; 0 when that graph is off.
+
+    Eras (server_args.py / memory_hook.py of each release, conformance-pinned):
+    * ``< 0.5.4``  no piecewise graph (v0.5.3 has no ``piecewise_cuda_graph_tokens``).
+    * ``0.5.4-0.5.6``  opt-in, max tokens 4096 (field default), generator 640..4096/128, 4352../256.
+    * ``0.5.7``  max tokens = chunked_prefill_size, same generator.
+    * ``0.5.8-``  MLA 2048 else chunk, generator of :func:`capture_token_sizes`.
+    * ``0.5.10-``  on by default; ``--max-total-tokens`` clamp; ``0.5.13-0.5.17`` context clamp.
+    * ``0.5.23``  MLA ``min(8192, chunk)`` (memory_hook.py @ v0.5.23 l.238; 2048 in 0.5.22).
+    """
+    if not at_least(v, "0.5.4"):
+        return 0  # server_args.py @ v0.4.6.post5, v0.5.3: no piecewise/prefill CUDA graph
     if at_least(v, "0.5.14"):
         # 0.5.14+: prefill CUDA graph; breakable by default on CUDA, disabled elsewhere and for PP
         # (model_executor/cuda_graph_config.py::default_prefill_backend, cuda_graph_hook.py @ v0.5.23).
@@ -174,21 +185,24 @@ def _prefill_graph_tokens(v: Version, a: SGLangArgs, chunk: int, is_mla: bool, i
         enabled = a.enable_piecewise_cuda_graph
     if not enabled:
         return 0
-    if not at_least(v, "0.5.7"):
-        # server_args.py @ v0.5.6 _generate_piecewise_cuda_graph_tokens (max_tokens default 4096):
-        # 4..32/4, 48..256/16, 288..512/32, 640..4096/128
-        return len(list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
-                   + list(range(640, 4096 + 1, 128)))
+    if not at_least(v, "0.5.8"):
+        # server_args.py @ v0.5.6 / v0.5.7 _generate_piecewise_cuda_graph_tokens; max tokens 4096
+        # (field default) up to 0.5.6, chunked_prefill_size in 0.5.7 (l.96-100 of the handler)
+        max_tokens = chunk if at_least(v, "0.5.7") else 4096
+        sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+                 + list(range(640, 4096 + 1, 128)) + list(range(4352, max_tokens + 1, 256)))
+        return len([s for s in sizes if s <= max_tokens])
     if is_mla:
-        max_tokens = min(8192, chunk) if at_least(v, "0.5.20") else 2048
+        max_tokens = min(8192, chunk) if at_least(v, "0.5.23") else 2048
     else:
         max_tokens = chunk
     if a.max_total_tokens is not None and at_least(v, "0.5.10"):
         max_tokens = min(max_tokens, a.max_total_tokens)
-    if a.context_length is not None and at_least(v, "0.5.10") and not at_least(v, "0.5.18"):
-        # the context_length clamp (#21112) exists in 0.5.13-0.5.14 and is gone by 0.5.18 (conformance suite)
+    if a.context_length is not None and at_least(v, "0.5.13") and not at_least(v, "0.5.18"):
+        # the context_length clamp (#21112): server_args.py @ v0.5.13 l.136-141 (absent in 0.5.12),
+        # gone by 0.5.18 (conformance suite)
         max_tokens = min(max_tokens, a.context_length)
-    return len(capture_token_sizes(max_tokens))
+    return len(capture_token_sizes(max_tokens, start_576=at_least(v, "0.5.9")))
 
 
 def vlm_factor(vit_num_layers: int, vit_hidden_size: int) -> float:
@@ -241,9 +255,9 @@ def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float |
     chunk = a.chunked_prefill_size if a.chunked_prefill_size is not None else chunk_d
     max_bs_default = a.cuda_graph_max_bs is None
     max_bs = a.cuda_graph_max_bs if a.cuda_graph_max_bs is not None else bs_d
-    if (at_least(v, "0.5.20") and max_bs_default and a.max_running_requests is not None
+    if (at_least(v, "0.5.22") and max_bs_default and a.max_running_requests is not None
             and max_bs > a.max_running_requests):
-        max_bs = a.max_running_requests  # memory_hook.py @ v0.5.23: clamp a defaulted max_bs
+        max_bs = a.max_running_requests  # memory_hook.py @ v0.5.22 l.183-188 (absent in 0.5.21): clamp a defaulted max_bs
     prefill_tokens = _prefill_graph_tokens(v, a, chunk, is_mla, is_multimodal, is_amd)
     if a.mem_fraction_static is not None:
         return ResolvedDefaults(chunk, max_bs, a.mem_fraction_static, "user", None, prefill_tokens, None)
@@ -268,24 +282,28 @@ def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float |
         reserved += max_bs * a.dp_size * 3
         if max_bs > 300:
             reserved += max_bs * a.dp_size * 1.5
-    piecewise_v056 = prefill_tokens and not at_least(v, "0.5.7")
-    if prefill_tokens and not piecewise_v056:
+    # 0.5.4-0.5.5: no piecewise term; 0.5.6: max_tokens // 4 and 0.5.7: max_tokens // 8, both after
+    # the floor and the speculative term (server_args.py @ v0.5.6, v0.5.7 l.141-143); 0.5.8+: len * 8.
+    piecewise_late = prefill_tokens and not at_least(v, "0.5.8")
+    if prefill_tokens and not piecewise_late:
         if is_mla and at_least(v, "0.5.10"):
             reserved += 1.5 * 1024
         else:
             reserved += prefill_tokens * 8
-        if at_least(v, "0.5.18") and a.moe_a2a_backend == "deepep":
+        if at_least(v, "0.5.17") and a.moe_a2a_backend == "deepep":  # server_args.py @ v0.5.17 (absent in 0.5.16)
             reserved += 1024  # reserve_for_graph_mb: breakable prefill graph + DeepEP (memory_hook.py @ v0.5.23 l.384)
     if gpu_mem_mib is not None and gpu_mem_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    if at_least(v, "0.5.18") and a.moe_a2a_backend == "deepep" and not a.disable_cuda_graph:
+    if at_least(v, "0.5.15") and a.moe_a2a_backend == "deepep" and not a.disable_cuda_graph:  # server_args.py @ v0.5.15 (absent in 0.5.14)
         reserved += 2 * 1024
     if spec and not at_least(v, "0.5.14"):
         if spec == "STANDALONE":
             reserved += 6 * 1024
         elif spec != "NGRAM":
             reserved += (4 if at_least(v, "0.5.10") else 2) * 1024
-    if piecewise_v056:
+    if piecewise_late and at_least(v, "0.5.7"):
+        reserved += chunk // 8  # v0.5.7: piecewise_cuda_graph_max_tokens (= chunk) // 8
+    elif piecewise_late and at_least(v, "0.5.6"):
         reserved += 4096 // 4  # v0.5.6: piecewise_cuda_graph_max_tokens // 4, after the floor and the spec term
     fallback = 0.95 if at_least(v, "0.5.20") else 0.88
     mfs = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3) if gpu_mem_mib is not None else fallback
