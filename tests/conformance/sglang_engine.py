@@ -366,7 +366,9 @@ def _model_config_for(c: ProfileCase, get_num_kv_heads: Any) -> Any:
     mc = types.SimpleNamespace(
         head_dim=c.head_dim, v_head_dim=c.v_head_dim, kv_lora_rank=c.kv_lora_rank,
         qk_rope_head_dim=c.qk_rope_head_dim, total_num_kv_heads=c.total_num_kv_heads,
-        is_hybrid_swa=False, is_multimodal=False, hf_config=types.SimpleNamespace(),
+        is_hybrid_swa=False, is_hybrid_gdn=False, is_multimodal=False,
+        hf_config=types.SimpleNamespace(architectures=[]),  # 0.5.7+: `"MiMoV2Flash..." in architectures`
+        full_attention_layer_ids=None,  # 0.5.7: layer count from it when set (no generated model sets it)
         num_key_value_heads=c.total_num_kv_heads, quantization=None, is_draft_model=False)
     mc.get_num_kv_heads = types.MethodType(get_num_kv_heads, mc)
     # get_total_num_kv_heads reads architecture-specific hf_config keys; the generated configs
@@ -377,7 +379,9 @@ def _model_config_for(c: ProfileCase, get_num_kv_heads: Any) -> Any:
 
 def _profile_members(v: tuple) -> List[str]:
     out = ["sglang/srt/configs/model_config.py"]
-    if v < (0, 5, 9):
+    # layouts: model_runner.py (<= 0.5.6), the KV-cache mixin (0.5.7+), pool_configurator.py
+    # (0.5.12+), mem_cache/kv_cache_configurator.py (0.5.18+; 0.5.15 still the mixin)
+    if v < (0, 5, 7):
         out.append("sglang/srt/model_executor/model_runner.py")
     elif v < (0, 5, 18):
         out += ["sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
@@ -399,14 +403,14 @@ def _profile(self: SGLang, c: ProfileCase) -> ProfileResult:
     fns = self._compiled["profile"]
     mc = _model_config_for(c, fns["get_num_kv_heads"])
     runner = types.SimpleNamespace(
-        device="cuda", gpu_id=0, is_draft_worker=False, mambaish_config=None, pp_size=1,
+        device="cuda", gpu_id=0, is_draft_worker=False, mambaish_config=None, pp_size=1, is_hybrid_gdn=False,
         num_effective_layers=c.num_layers, model_config=mc, use_mla_backend=c.attention == "mla",
         kv_cache_dtype=DTYPES[c.kv_bytes], mem_fraction_static=c.mem_fraction_static,
         server_args=types.SimpleNamespace(mem_fraction_static=c.mem_fraction_static, enable_hisparse=False,
                                          mm_feature_transport=None),
         start_layer=0, end_layer=c.num_layers, post_capture_kv_active=False, kv_cache_dtype_str="auto",
         model_dtype=DTYPES[2])
-    if self.v < (0, 5, 13):
+    if self.v < (0, 5, 12):
         if "get_cell_size_per_token" in fns:
             runner.get_cell_size_per_token = types.MethodType(fns["get_cell_size_per_token"], runner)
             cell = runner.get_cell_size_per_token(c.num_layers)
@@ -435,7 +439,7 @@ def _cell_from_inline(self: SGLang, c: ProfileCase, fns: Dict[str, Any]) -> int:
     probe = dataclass_replace(c, pre_model_load_gib=0.0, available_gib=float(1 << 20))
     self._case = probe
     runner = types.SimpleNamespace(
-        device="cuda", gpu_id=0, is_draft_worker=False, mambaish_config=None, pp_size=1,
+        device="cuda", gpu_id=0, is_draft_worker=False, mambaish_config=None, pp_size=1, is_hybrid_gdn=False,
         num_effective_layers=c.num_layers, model_config=_model_config_for(c, fns["get_num_kv_heads"]),
         use_mla_backend=c.attention == "mla", kv_cache_dtype=DTYPES[c.kv_bytes],
         mem_fraction_static=c.mem_fraction_static, start_layer=0, end_layer=c.num_layers)
@@ -483,12 +487,12 @@ def _compile_profile(self: SGLang) -> Dict[str, Any]:
     mc_member = "sglang/srt/configs/model_config.py"
     out.update(loader.compile_defs(self._text(mc_member), self.origin(mc_member),
                                    ["ModelConfig.get_num_kv_heads"], common))
-    if self.v < (0, 5, 9):
+    if self.v < (0, 5, 7):
         m = "sglang/srt/model_executor/model_runner.py"
         out.update(loader.compile_defs(self._text(m), self.origin(m), ["ModelRunner.profile_max_num_token"], common))
         return out
     pc = "sglang/srt/model_executor/pool_configurator.py"
-    if self.v < (0, 5, 13):
+    if self.v < (0, 5, 12):
         m = "sglang/srt/model_executor/model_runner_kv_cache_mixin.py"
         out.update(loader.compile_defs(self._text(m), self.origin(m),
                                        ["ModelRunnerKVCacheMixin.get_cell_size_per_token",

@@ -70,7 +70,7 @@ def kvscope_profile(version: str, c: ProfileCase):
                              mem_fraction_static=c.mem_fraction_static, cell_bytes=cell)
     if prof.error is not None:
         return cell, None, prof.error
-    if args_mod.at_least(v, "0.5.13"):
+    if args_mod.at_least(v, "0.5.12"):  # DefaultPoolConfigurator.calculate_pool_sizes (0.5.12+)
         return cell, memory.round_to_page(prof.profiled_tokens, c.page_size), None
     return cell, prof.profiled_tokens, None
 
