@@ -181,7 +181,7 @@ def _engine_cell(spec: ModelSpec, v: Version, attn_tp: int, e: int, kv_flag: str
         cell = n * spec.head_dim * layers * 2 * e
     else:
         cell = n * (spec.head_dim + spec.v_head_dim) * layers * e
-    if fp4 and v > Version("0.5.20"):
+    if fp4 and at_least(v, "0.5.21"):  # conformance: 0.5.20 without, 0.5.21 with
         backends = attention_backends or ("flashinfer", "flashinfer")
         return fp4_recipe_cell_bytes(kv_flag, n, spec.head_dim, layers, e, backends, sm100, workspace)
     if fp4:
@@ -204,7 +204,7 @@ def draft_cell_bytes(spec: ModelSpec, v: Version, target_cell: int, num_layers: 
     if at_least(v, "0.5.18") and spec.is_mla and spec.has_dsa_indexer:
         target_kv = target_cell - dsa_indexer_bytes(spec, v, num_layers)
         return int(target_kv * draft_layers / num_layers) + dsa_indexer_bytes(spec, v, draft_layers)
-    if v > Version("0.5.20"):
+    if at_least(v, "0.5.22"):  # conformance: 0.5.21 still the (1 + d/n) form, 0.5.22 d/n
         return int(target_cell * draft_layers / int(num_layers))
     return int(target_cell * (1 + draft_layers / int(num_layers))) - target_cell
 
@@ -378,7 +378,7 @@ def handle_max_mamba_cache(v: Version, rest_gib: float, per_req_bytes: int, *, r
             size = int((raw * g) // per_req_bytes)
         return MambaCarve(rest - size * per_req_bytes / g, size, per_req_bytes)
     pad = 1 if at_least(v, "0.5.18") else 0
-    one = (lambda n: max(1, n)) if v > Version("0.5.20") else (lambda n: n)
+    one = (lambda n: max(1, n)) if at_least(v, "0.5.23") else (lambda n: n)
     mratio = mamba_request_ratio(disable_radix_cache)
     per = per_req_bytes
     if max_mamba_cache_size is not None:
@@ -635,7 +635,7 @@ def hybrid_swa_pools(v: Version, *, available_bytes: int, full_layer_bytes: int,
     if _swa_request_cap_applies(v, nf, sliding_window, disable_radix_cache, max_running_requests,
                                 chunked_prefill_size):
         n = max_running_requests // attn_dp_size
-        if v > Version("0.5.20"):
+        if at_least(v, "0.5.23"):
             n = max(1, n)
         algo = (speculative_algorithm or "").upper()
         decode = page_size if not algo else 2 * _alloc_len_per_decode(
@@ -671,7 +671,7 @@ def _swa_request_cap_applies(v: Version, nf: int, sliding_window: int | None, di
     (@ v0.5.23: also needs ``chunked_prefill_size > 0``)."""
     if not at_least(v, "0.5.14") or max_running_requests is None or not disable_radix_cache:
         return False
-    if chunked_prefill_size is None or (v > Version("0.5.20") and chunked_prefill_size <= 0):
+    if chunked_prefill_size is None or (at_least(v, "0.5.22") and chunked_prefill_size <= 0):  # 0.5.21 without
         return False
     return sliding_window is not None and nf > 0
 
@@ -680,7 +680,7 @@ def _attn_dp_requested(v: Version, max_running_requests: int, attn_dp_size: int)
     """``max_running_requests // attn_dp_size``; clamped to >= 1 after 0.5.20
     (``max(1, ...)`` in kv_cache_configurator.py ``resolve_max_num_reqs`` @ v0.5.23; absent @ v0.5.20)."""
     n = max_running_requests // attn_dp_size
-    return max(1, n) if v > Version("0.5.20") else n
+    return max(1, n) if at_least(v, "0.5.23") else n
 
 
 def max_num_reqs(v: Version, *, token_capacity: int, profiled_tokens: int, context_len: int,
@@ -694,7 +694,8 @@ def max_num_reqs(v: Version, *, token_capacity: int, profiled_tokens: int, conte
       pool = user value, else ``min(max(int(profiled / context_len * 512), 2048), 4096)``;
       running = ``min(T // 2 if user is None else user // attn_dp, pool size)``
       (tp_worker.py @ v0.4.6.post5 l.119 / @ v0.5.6 l.289, model_runner.py @ v0.5.9 l.593).
-      v0.4.6 builds ``ReqToTokenPool(size=max_num_reqs + 1)`` — hence logs printing 2049.
+      v0.4.6 builds ``ReqToTokenPool(size=max_num_reqs + 1)`` — hence logs printing 2049; v0.4.7+
+      passes ``max_num_reqs`` (model_runner.py @ v0.4.7 l.926, conformance-run on 0.4.8.post1).
     * 0.5.10-0.5.13 (mixin ``_resolve_max_num_reqs`` @ v0.5.13 l.876), on the final capacity:
       estimated = ``max(min(int(T / context_len * 512), 4096), 2048)``;
       user → ``min(user // attn_dp, estimated)``, else ``min(estimated, T // 2)``; running = pool.
@@ -717,8 +718,8 @@ def max_num_reqs(v: Version, *, token_capacity: int, profiled_tokens: int, conte
         max(int(profiled_tokens / context_len * 512), 2048), 4096)
     if mamba_cap is not None:
         pool = min(pool, mamba_cap)
-    if not at_least(v, "0.5.0"):
-        pool += 1  # ReqToTokenPool(size=max_num_reqs + 1)
+    if not at_least(v, "0.4.7"):
+        pool += 1  # ReqToTokenPool(size=max_num_reqs + 1): v0.4.6.post5 l.904; size=max_num_reqs from v0.4.7 l.926
     running = token_capacity // 2 if max_running_requests is None else max_running_requests // attn_dp_size
     return pool, min(running, pool)
 
