@@ -450,6 +450,8 @@ class VllmBackend:
         # kernel availability: present (no network probe of NVIDIA's cubin artifactory)
         overrides["has_nvidia_artifactory"] = lambda: True
         overrides["has_flashinfer_cubin"] = lambda: True
+        # batch_invariant.py's module-level flag (0.18.0): os.getenv("VLLM_BATCH_INVARIANT", "0") unset
+        overrides["VLLM_BATCH_INVARIANT"] = False
         # the platform: the engine's Platform + CudaPlatformBase (RocmPlatform) classmethods,
         # device from the case
         iface = env.module("vllm.platforms.interface")
@@ -675,8 +677,14 @@ def check_and_update_block_size(version: str, c: BackendCase) -> int:
     plat = type(eng.platform)
     hf = types.SimpleNamespace(qk_nope_head_dim=c.qk_nope_head_dim,
                                **({"index_topk": 2048} if c.index_topk else {}))
+    envs = env.standin_modules["vllm.envs"]
+    envs.__dict__.pop("VLLM_ATTENTION_BACKEND", None)  # 0.12 writes CUTLASS_MLA into envs: reset per case
+    graph_mode = types.SimpleNamespace(NONE="NONE", PIECEWISE="PIECEWISE", FULL="FULL")
+    env.standin_modules["vllm.config"].CUDAGraphMode = graph_mode  # 0.12: from vllm.config import CUDAGraphMode
     cfg = types.SimpleNamespace(
-        parallel_config=types.SimpleNamespace(worker_cls="auto"),
+        parallel_config=types.SimpleNamespace(worker_cls="auto", all2all_backend="allgather_reducescatter",
+                                              data_parallel_size=1),
+        compilation_config=types.SimpleNamespace(cudagraph_mode=graph_mode.PIECEWISE),
         model_config=types.SimpleNamespace(use_mla=c.use_mla, hf_config=hf, hf_text_config=hf,
                                            is_mm_prefix_lm=False),
         cache_config=types.SimpleNamespace(block_size=c.user_block_size),

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import gc
 import math
+import re
 import os
 import sys
 import time
@@ -358,6 +359,16 @@ class VllmMem:
         return self._cached("old_request", lambda: not self.src.has("vllm/v1/worker/utils.py") or
                             "def request_memory" not in self.text("vllm/v1/worker/utils.py"))
 
+    def transformers_v5(self) -> bool:
+        """The wheel's ``Requires-Dist: transformers>=5.5.3`` (METADATA @ v0.24.0+; 0.19-0.23 allow 4.56+)."""
+        def read() -> bool:
+            meta = f"vllm-{self.version}.dist-info/METADATA"
+            if not self.src.has(meta):
+                return False
+            m = re.search(r"^Requires-Dist: transformers(\S*)", self.text(meta), re.M)
+            return bool(m) and bool(re.search(r">=([5-9]|\d\d)\.", m.group(1)))
+        return self._cached("transformers_v5", read)
+
     def has_external_weights(self) -> bool:
         return "external_weight_memory" in self.text("vllm/v1/worker/utils.py")
 
@@ -571,7 +582,8 @@ class VllmMem:
         attrs = dict(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                      enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=None,
                      enable_prompt_embeds=False, scheduler_cls="default", tensor_parallel_size=tp,
-                     pipeline_parallel_size=pp, performance_mode=performance_mode)
+                     pipeline_parallel_size=pp, performance_mode=performance_mode,
+                     prefill_context_parallel_size=1, decode_context_parallel_size=1)  # read by 0.12
         if self.prefix_caching_decided_in_engine_args():
             model_config = self._model_config(max_model_len, is_hybrid)
             names = ["EngineArgs.get_batch_defaults", "EngineArgs._set_default_chunked_prefill_and_prefix_caching_args",
@@ -757,7 +769,7 @@ class _MaxLen:
         self.envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN = allow_long
         # vLLM >= 0.26 requires transformers >= 5.5.3 (wheel METADATA); 0.19-0.20 allow 4.56+: the
         # pure-vLLM transformers-v4 branch of patch_rope_parameters runs for them.
-        hf = _HFConfig(config, transformers_v5=self.eng.v >= (0, 26))
+        hf = _HFConfig(config, transformers_v5=self.eng.transformers_v5())
         try:
             self.patch(hf)
         except ValueError as exc:
@@ -772,8 +784,10 @@ class _MaxLen:
             return self.fn(hf, **kwargs), None
         except ValueError as exc:
             return None, str(exc)
-        except TypeError as exc:  # e.g. ``derived *= None`` (rope_scaling.factor: null) before 0.19
+        except TypeError as exc:  # e.g. ``derived *= None`` (rope_scaling.factor: null) before 0.18
             return None, f"TypeError: {exc}"
+        except KeyError as exc:  # ``rp["rope_type"]`` on an unpatched nested dict (0.22-0.23)
+            return None, f"TypeError: KeyError {exc}"
 
 
 class _Version:

@@ -57,15 +57,17 @@ class VersionTraits:
     gb10_small_tier: bool = True  # GB10 (sm121) kept on the small batch tier (arg_utils.py @ v0.33.0)
     max_len_generation: int = 33  # _get_and_verify_max_len: 10 (rope_scaling; 0.10-0.11), 19 (rope_parameters,
     #   yarn = original_max_position_embeddings x factor, longrope default; 0.12-0.28; config/model.py
-    #   @ v0.12.0 / v0.14.1 / v0.17.0 / v0.18.0), 33 (yarn unscaled)
+    #   @ v0.12.0 / v0.14.1 / v0.17.0 / v0.18.0), 33 (yarn unscaled; read in v0.30.0, absent in v0.28.0)
     max_len_error_warning: bool = True  # error text ends with the VLLM_ALLOW_LONG_MAX_MODEL_LEN warning (v0.10.2+)
-    transformers_v5: bool = True  # Requires-Dist transformers>=5.5.3 (wheel METADATA @ v0.26.0)
+    transformers_v5: bool = True  # Requires-Dist transformers>=5.5.3 (wheel METADATA @ v0.24.0; 4.56+ in v0.23.0)
     classic_block_rule: bool = False  # block size set in CudaPlatformBase.check_and_update_config (0.10-0.17);
     #   Platform.update_block_size_for_backend from v0.18.0 (platforms/interface.py @ v0.18.0)
     #   from 0.19 the attention-backend registry (Platform.update_block_size_for_backend) decides
     sparse_mla_block_64: bool = True  # index_topk (DSA) models forced to 64 (platforms/cuda.py @ v0.11.0)
-    mla_block_rule_16: bool = True  # check_and_update_config's MLA rule of v0.16.0/v0.17.0 (Blackwell family
-    #   FlashInfer-MLA / CUTLASS-MLA, "% 64" / "% 128" tests); the 0.10-0.11 rule before (0.13/0.14 not read)
+    mla_block_rule_16: bool = True  # check_and_update_config's MLA rule keeps multiples ("% 64" / "% 128"
+    #   tests) from v0.12.0; the 0.10-0.11 rule before (platforms/cuda.py)
+    mla_block_generation: int = 15  # 12: CUTLASS on sm100 only (v0.12.0); 13: CUTLASS on the Blackwell family
+    #   (v0.13.0, v0.14.1); 15: FlashInfer-MLA first when qk_nope_head_dim == 128 (v0.15.1 … v0.17.0)
     external_weight_budget: bool = True  # request_memory(external_weight_memory) (v1/worker/utils.py @ v0.33.0)
     performance_mode_flag: bool = True  # EngineArgs.performance_mode (arg_utils.py @ v0.17.0; absent in v0.16.0)
     max_len_null_factor_ok: bool = True  # "factor": null -> 1.0 (config/model.py @ v0.18.0 l.2032); 0.14-0.17
@@ -117,12 +119,13 @@ def version_traits(version: str | None) -> VersionTraits:
         performance_mode_flag=at_least("0.17"),
         max_len_null_factor_ok=at_least("0.18"),
         gb10_small_tier=at_least("0.33"),
-        max_len_generation=33 if at_least("0.33") else 19 if at_least("0.12") else 10,
+        max_len_generation=33 if at_least("0.30") else 19 if at_least("0.12") else 10,
         max_len_error_warning=at_least("0.10.2"),
-        transformers_v5=at_least("0.26"),
+        transformers_v5=at_least("0.24"),
         classic_block_rule=not at_least("0.18"),
         sparse_mla_block_64=at_least("0.11"),
-        mla_block_rule_16=at_least("0.16"),
+        mla_block_rule_16=at_least("0.12"),
+        mla_block_generation=15 if at_least("0.15") else 13 if at_least("0.13") else 12,
         external_weight_budget=at_least("0.33"),
     )
 
@@ -220,15 +223,19 @@ def block_size_classic(user: int | None, *, is_mla: bool, gpu_sm: str, is_sparse
     ``--attention-backend``): see the ``mla_block_rule_16`` branch (multiples are kept)."""
     block, source = (user, "flag") if user is not None else (16, "CacheConfig default (platforms/cuda.py)")
     if is_mla and traits.mla_block_rule_16:
-        # v0.16.0 / v0.17.0: Blackwell family (10.x) dense MLA -> FlashInfer-MLA when qk_nope_head_dim
+        # v0.15.1 … v0.17.0: Blackwell family (10.x) dense MLA -> FlashInfer-MLA when qk_nope_head_dim
         # is 128 (block kept if 32 or a multiple of 64, else 64), else CUTLASS-MLA (multiple of 128,
         # else 128); otherwise FlashMLA where dense FlashMLA runs (Hopper: multiple of 64, else 64);
-        # sparse (index_topk) forced to 64 (FlashMLA sparse) last.
+        # sparse (index_topk) forced to 64 (FlashMLA sparse) last. v0.13.0 / v0.14.1: no FlashInfer
+        # branch (CUTLASS on the Blackwell family, sparse excluded); v0.12.0: CUTLASS on
+        # ``is_device_capability(100)`` only, sparse included (platforms/cuda.py).
         cap = _cap(gpu_sm)
-        if cap is not None and cap[0] == 10 and not is_sparse_mla and qk_nope_head_dim == 128:
+        gen = traits.mla_block_generation
+        blackwell = cap is not None and (cap == (10, 0) if gen == 12 else cap[0] == 10)
+        if blackwell and not is_sparse_mla and qk_nope_head_dim == 128 and gen >= 15:
             if block != 32 and block % 64:
                 block, source = 64, "forced 64 for FlashInfer-MLA (Blackwell)"
-        elif cap is not None and cap[0] == 10 and not is_sparse_mla:
+        elif blackwell and (not is_sparse_mla or gen == 12):
             if block % 128:
                 block, source = 128, "forced 128 for CUTLASS_MLA (Blackwell)"
         elif cap is not None and cap[0] == 9 and block % 64:
@@ -270,11 +277,12 @@ def _flash_attn_valid(version: Version, cap: tuple[int, int], head_size: int, kv
     v0.33.0, FA2/FA3/FA4 kernels installed): FA3 on SM9x, FA4 on SM10x (FA2 for heads > 128 except
     192 there), FA2 elsewhere; heads up to 256 (v0.20.2+: 512 where FA4 runs: SM9x/10x/11x); sinks
     need FA3 (v0.20.2+: FA3/FA4) and SM90+; fp8 KV: FA3 on SM9x (v0.19-v0.20 any fp8 name; v0.26
-    fp8/fp8_e4m3), v0.28+ also FA4 on SM10x for heads <= 128 or 192 (not fp8_e5m2)."""
+    fp8/fp8_e4m3), v0.27+ also FA4 on SM10x for heads <= 128 or 192 (not fp8_e5m2; read in 0.27.1)."""
     major = cap[0]
-    # v26: behaviour read in 0.24.0 and 0.26.0 (absent in 0.20.2)
+    # v26: fp8 KV only fp8/fp8_e4m3 (read in 0.22.1, 0.24.0 and 0.26.0; absent in 0.20.2)
     # v30: FA4's Blackwell head-256 kernel (read in 0.30.0, absent in 0.28.0)
-    v20, v26, v28, v30, v33 = (version >= Version(x) for x in ("0.20.2", "0.24", "0.28", "0.30", "0.33"))
+    # v28: FA3 -> FA4 upgrade for heads > 256, fp8 KV on FA4 (read in 0.27.1 and 0.28.0; absent in 0.26.0)
+    v20, v26, v28, v30, v33 = (version >= Version(x) for x in ("0.20.2", "0.22", "0.27", "0.30", "0.33"))
     fa4_device = major in (9, 10, 11)
     if cap < (8, 0) or head_size % 8:
         return False
@@ -327,8 +335,10 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
         out.append((name, sizes, ok and _multiple(block, sizes)))
 
     if not is_mla:
+        # FlashInfer heads 512 and FlexAttention's kernel block 16: read in 0.22.1 (absent in 0.20.2)
+        v22 = version >= Version("0.22")
         fa_ok = _flash_attn_valid(version, cap, head_size, kv, has_sink)
-        fi_heads = (64, 128, 256, 512) if v26 else (64, 128, 256)
+        fi_heads = (64, 128, 256, 512) if v22 else (64, 128, 256)
         fi_sink = not has_sink or major == 10 or (v28 and major == 12) or (v30 and cap == (9, 0))
         fi_ok = (8, 0) <= cap <= (12, 1) and head_size in fi_heads and kv in ("auto", "float16", "bfloat16") + _FP8 \
             and fi_sink
@@ -345,26 +355,30 @@ def _backend_candidates(version: Version, cap: tuple[int, int], *, is_mla: bool,
         fi = ("FLASHINFER", (16, 32, 64), fi_ok)
         order = [fi, fa] if major == 10 else [fa, fi]
         for name, sizes, ok in order + [("TRITON_ATTN", (16,), tr_ok),
-                                        ("FLEX_ATTENTION", (16,) if v26 else (1,), fx_ok)]:
+                                        ("FLEX_ATTENTION", (16,) if v22 else (1,), fx_ok)]:
             add(name, sizes, ok)
         return [c + (True,) for c in out]
     plain_kv = kv in ("auto", "float16", "bfloat16")
     mla_kv = plain_kv or kv in ("fp8", "fp8_e4m3")
     dense = not is_sparse_mla
-    fi_mla = ("FLASHINFER_MLA", (32, 64), dense and major == 10 and mla_kv and qk_nope_head_dim in (64, 128, 192))
+    # qk_nope 192 accepted from v0.19.0 (flashinfer_mla.py / flashinfer_mla_sparse.py; [64, 128] / 128 in v0.18.0)
+    v19 = version >= Version("0.19")
+    fi_mla = ("FLASHINFER_MLA", (32, 64), dense and major == 10 and mla_kv
+              and qk_nope_head_dim in ((64, 128, 192) if v19 else (64, 128)))
     cutlass = ("CUTLASS_MLA", (128,), dense and major == 10 and mla_kv)
     fa_mla = ("FLASH_ATTN_MLA", (16,), dense and major == 9 and plain_kv)
     flashmla = ("FLASHMLA", (64,), dense and major == 9 and mla_kv)  # is_flashmla_dense_supported: Hopper
     triton = ("TRITON_MLA", (16,), dense and mla_kv)
     sp = is_sparse_mla and head_size == 576
-    fi_sparse = ("FLASHINFER_MLA_SPARSE", (32, 64), sp and major == 10 and mla_kv and qk_nope_head_dim in (128, 192))
+    fi_sparse = ("FLASHINFER_MLA_SPARSE", (32, 64), sp and major == 10 and mla_kv
+                 and qk_nope_head_dim in ((128, 192) if v19 else (128,)))
     fm_sparse = ("FLASHMLA_SPARSE", (64,), sp and major in (9, 10) and kv in ("auto", "bfloat16", "fp8_ds_mla", "fp8"))
     fa4_sparse = ("FLASH_ATTN_MLA_SPARSE_FA4", (64,), sp and major == 10 and kv in ("auto", "bfloat16")
                   and num_heads in (8, 16, 32, 64, 128) and qk_nope_head_dim in (128, 192))
     # backends outside this GPU's priority list that --attention-backend can still select
     out_of_list = [fa4_sparse] if v33 else []
     if major == 10:
-        if quant:
+        if quant and v19:  # v0.18.0 orders by head count only (cuda.py _get_backend_priorities)
             sparse = [fi_sparse, fm_sparse]
         elif num_heads <= 16:
             sparse = [fa4_sparse] if v33 else []
@@ -413,7 +427,9 @@ def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse
     ROCM_ATTN (heads 32-256 listed, no sinks), ROCM_AITER_UNIFIED_ATTN (heads >= 32, sinks; prefers
     64), TRITON_ATTN."""
     kv = kv_cache_dtype
-    v26 = version >= Version("0.24")  # read in 0.24.0 and 0.26.0
+    v26 = version >= Version("0.22")  # AITER sparse MLA takes fp8: read in 0.22.1, 0.24.0 and 0.26.0
+    if version < Version("0.19"):
+        block = None  # v0.18.0 RocmPlatform.get_attn_backend_cls: attn_selector_config._replace(block_size=None)
     out: list[tuple[str, tuple[int, ...], bool]] = []
 
     def add(name: str, sizes: tuple[int, ...], ok: bool) -> None:
@@ -427,10 +443,17 @@ def _rocm_candidates(version: Version, gcn_arch: str, *, is_mla: bool, is_sparse
         add("TRITON_MLA", (16,), plain or kv in ("fp8", "fp8_e4m3"))
         return [c + (True,) for c in out]
     mha_kv = plain or kv in _FP8
-    add("ROCM_ATTN", (16,), mha_kv and not has_sink and head_size in (32, 64, 80, 96, 128, 160, 192, 224, 256))
+    # sinks: RocmAttentionBackend.supports_sink is True in v0.18.0 (rocm_attn.py), False from v0.19.0
+    add("ROCM_ATTN", (16,), mha_kv and (not has_sink or version < Version("0.19"))
+        and head_size in (32, 64, 80, 96, 128, 160, 192, 224, 256))
     if any(a in gcn_arch for a in ("gfx942", "gfx950")):
         add("ROCM_AITER_UNIFIED_ATTN", (16,), mha_kv and head_size >= 32)
     add("TRITON_ATTN", (16,), mha_kv and head_size >= 32)
+    if version < Version("0.19"):
+        # v0.18.0 _get_backend_priorities (rocm.py): ROCM_ATTN only with use_prefill_decode_attention,
+        # AITER unified only with VLLM_ROCM_USE_AITER*: by default TRITON_ATTN alone; the others are
+        # reached through --attention-backend
+        return [c + (c[0] == "TRITON_ATTN",) for c in out]
     return [c + (True,) for c in out]
 
 
@@ -544,7 +567,8 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
         if rocm:  # DeepseekV32IndexerBackend: kernel block 1 on ROCm (v0.33: [1, MultipleOf(16)])
             return 16, name, f"CacheConfig.DEFAULT_BLOCK_SIZE: DSA indexer (first layer) and {name} accept 16"
         return 64, name, f"64: first layer is the DSA indexer (kernel block 64), backend {name}"
-    if name == "ROCM_AITER_UNIFIED_ATTN":  # get_preferred_block_size returns 64 (rocm_aiter_unified_attn.py)
+    if name == "ROCM_AITER_UNIFIED_ATTN" and version >= Version("0.19"):
+        # get_preferred_block_size returns 64 (rocm_aiter_unified_attn.py @ v0.19.0; absent in v0.18.0)
         return 64, name, f"{name} preferred block size 64"
     if _multiple(16, sizes):
         return 16, name, f"CacheConfig.DEFAULT_BLOCK_SIZE, accepted by {name}"
@@ -725,6 +749,7 @@ class DerivedMaxModelLen:
     model_max_length: int | None
     keys_found: bool
     error: str | None = None  # the engine fails deriving it (raised by verify_max_model_len)
+    default_error: str | None = None  # the engine fails only when it takes the default (no user value / -1)
 
 
 def _rope_dicts(config: Mapping[str, Any], traits: VersionTraits) -> list[dict] | None:
@@ -750,6 +775,11 @@ def _rope_dicts(config: Mapping[str, Any], traits: VersionTraits) -> list[dict] 
             nested = all(isinstance(v, Mapping) for v in base.values()) and \
                 set(base) <= {"full_attention", "sliding_attention", "chunked_attention", "linear_attention"}
             dicts = [dict(v) for v in base.values()] if nested else [dict(base)]
+            if nested and not traits.transformers_v5 and Version(traits.version) >= Version("0.22"):
+                # v0.22.1 / v0.23: the transformers-v4 branch of patch_rope_parameters leaves nested
+                # rope_parameters unpatched (transformers_utils/config.py @ v0.22.1): the dicts as
+                # written (a legacy ``type`` key then fails ``rp["rope_type"]``: KeyError)
+                return dicts
         elif any(config.get(k) is not None for k in (_rope_default_keys(traits) if not traits.transformers_v5
                                                       else ("rope_theta", "rotary_emb_base"))):
             dicts = [{"rope_type": "default"}]
@@ -798,9 +828,16 @@ def derive_max_model_len(config: Mapping[str, Any], traits: VersionTraits) -> De
     found = derived != float("inf")
     if not found:
         derived = DEFAULT_MAX_LEN_NO_KEYS
-    rope = _rope_dicts(config, traits)
     error = None
-    if rope and "gemma3" not in str(config.get("model_type", "")):
+    default_error = None
+    rope = _rope_dicts(config, traits)
+    missing = (f"rope_parameters: a per-layer-type dict has no rope_type: vLLM {traits.version} fails "
+               "reading it (KeyError in _get_and_verify_max_len; its transformers-v4 branch of "
+               "patch_rope_parameters does not patch nested dicts)")
+    gemma3 = "gemma3" in str(config.get("model_type", ""))
+    if rope and not gemma3 and any("rope_type" not in rp for rp in rope):
+        error, rope = missing, None  # the scaling loop reads every dict
+    if rope and not gemma3:
         if gen == 10:
             rp = rope[0]
             if rp["rope_type"] not in ("su", "longrope", "llama3"):
@@ -827,9 +864,16 @@ def derive_max_model_len(config: Mapping[str, Any], traits: VersionTraits) -> De
             else:
                 derived *= 1.0 if factor is None else factor
     default = int(derived) if error is None else 0
-    if gen >= 19 and rope and any(rp["rope_type"] == "longrope" for rp in rope):
-        default = int(config.get("original_max_position_embeddings", derived))
-    return DerivedMaxModelLen(derived, key, default, config.get("model_max_length"), found, error)
+    if gen >= 19 and rope:
+        for rp in rope:  # any(rp["rope_type"] == "longrope" ...): stops at the first longrope
+            if "rope_type" not in rp:  # only for gemma3 here (the default-length path alone reads it)
+                default_error = missing
+                break
+            if rp["rope_type"] == "longrope":
+                default = int(config.get("original_max_position_embeddings", derived))
+                break
+    return DerivedMaxModelLen(derived, key, default, config.get("model_max_length"), found, error,
+                              default_error)
 
 
 def max_model_len_error(user: int, d: DerivedMaxModelLen, traits: VersionTraits) -> str:
@@ -855,6 +899,8 @@ def verify_max_model_len(user: int | None, d: DerivedMaxModelLen, traits: Versio
     if d.error:
         raise ConfigError(d.error, field="rope_scaling", fix="set rope_scaling.factor or drop it")
     if user is None or (user == -1 and traits.requested_memory_ceil):
+        if d.default_error:
+            raise ConfigError(d.default_error, field="rope_parameters", fix="add rope_type to every dict")
         return d.default_max_model_len
     if user > d.derived:
         if d.model_max_length is None or user > d.model_max_length:
