@@ -293,7 +293,8 @@ class SGLangPools:
             server_args=sa, model_config=types.SimpleNamespace(context_len=c.context_len),
             dtype="bfloat16", model=types.SimpleNamespace(quant_config=None), spec_algorithm=SpecAlgo(
                 c.speculative_algorithm), is_draft_worker=False, mambaish_config=self._mambaish(c), pp_size=1,
-            is_hybrid_swa=False, req_to_token_pool=None, device="cuda", page_size=c.page_size,
+            is_hybrid_swa=False, is_hybrid=False, is_hybrid_gdn=False,  # 0.5.3-0.5.5 names
+            req_to_token_pool=None, device="cuda", page_size=c.page_size,
             dp_size=c.dp_size if c.enable_dp_attention else 1)
         runner.profile_max_num_token = lambda total_gpu_memory: c.profiled_tokens
         try:
@@ -1228,7 +1229,7 @@ def _cell(self: SGLangPools, c: CellCase) -> int:
     host = types.SimpleNamespace(
         model_config=mc, kv_cache_dtype=dtype, kv_cache_dtype_str=c.kv_cache_dtype_str, server_args=sa,
         use_mla_backend=c.attention == "mla", mambaish_config=None, is_draft_worker=False, pp_size=1,
-        num_effective_layers=c.num_layers, start_layer=0, end_layer=c.num_layers,
+        num_effective_layers=c.num_layers, start_layer=0, end_layer=c.num_layers, is_hybrid_gdn=False,
         spec_algorithm=SpecAlgo(c.speculative_algorithm), eagle_draft_num_layers=c.draft_num_layers,
         dflash_draft_num_layers=None, device="cuda", gpu_id=0, page_size=1, model_dtype=KV_DTYPES["bfloat16"],
         spec_aux_config=types.SimpleNamespace(eagle_draft_num_layers=c.draft_num_layers, dflash_draft_num_layers=None),
@@ -1247,13 +1248,17 @@ def _cell(self: SGLangPools, c: CellCase) -> int:
 
 def _cell_inline(self: SGLangPools, c: CellCase, fns: Dict[str, Any], host: Any) -> int:
     # <=0.5.6: the cell lives inside profile_max_num_token; read it back exactly from the token count of a
-    # 2**20 GiB budget (the same probe as sglang_engine._cell_from_inline).
-    self._avail_gib = float(1 << 20)
-    n = fns["profile_max_num_token"](host, 0.0)
-    total = (1 << 20) * (1 << 30)
-    cell = total // n
-    while total // cell > n:
-        cell += 1
+    # 2**20 GiB budget (the same probe as sglang_engine._cell_from_inline). Cells above ~2**25 bytes are
+    # ambiguous at that budget (neighbouring cells give the same count): probe again with 2**30 GiB.
+    for gib_log2 in (20, 30):
+        self._avail_gib = float(1 << gib_log2)
+        n = fns["profile_max_num_token"](host, 0.0)
+        total = (1 << gib_log2) * (1 << 30)
+        cell = total // n
+        while total // cell > n:
+            cell += 1
+        if total // (cell + 1) != n:
+            break
     return cell
 
 

@@ -13,14 +13,14 @@ the released wheels:
   else flashinfer. MLA: FA3 on Hopper, flashinfer on SM100, on ROCm ``aiter`` when
   ``get_num_kv_heads(tp_size)`` is 16 or 128 (else triton), else triton.
 * model overrides (``_handle_model_specific_adjustments``): DeepseekV3ForCausalLM on SM100 ->
-  ``trtllm_mla`` (from 0.5.6; absent @ v0.5.3); DSA (DeepSeek V3.2 / GLM-5) page 64 on CUDA, 1 on
+  ``trtllm_mla`` (from 0.5.4, server_args.py @ v0.5.4 l.872-886; absent @ v0.5.3); DSA (DeepSeek V3.2 / GLM-5) page 64 on CUDA, 1 on
   ROCm; gpt-oss SM100 -> trtllm_mha, SM90 -> fa3, else triton; Llama 4 SM100 -> trtllm_mha,
   SM90 -> fa3, ROCm -> aiter.
 * page constraints: flashmla 64, cutlass_mla 128, trtllm_mla 32|64 (else 64), trtllm_mha
   16|32|64 (0.5.23: also 128; else 64) -- server_args.py @ v0.5.9 l.1855-1910,
   arg_groups/overrides.py::_mla_backend_page_constraints @ v0.5.23.
 * aiter: ``if context_len > 8192: mem_fraction_static *= 0.85``, applied to the user's value too
-  (model_runner.py @ v0.4.8.post1 l.436 and v0.5.3 l.600, in the runner only, so the ServerArgs
+  (model_runner.py @ v0.4.7 l.423-425 (first release; absent @ v0.4.6.post5), v0.4.8.post1 l.436 and v0.5.3 l.600, in the runner only, so the ServerArgs
   dump shows the unscaled value; server_args.py @ v0.5.6 l.1420 and v0.5.9 l.1924;
   attention_hook.py @ v0.5.23 l.244, unless ``SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION``).
   Absent @ v0.4.6.post5.
@@ -30,7 +30,10 @@ the released wheels:
 
 Not modelled (left at page size 1 / no factor): FA4 prefill for asymmetric-KV MHA (page 128),
 the mamba ``extra_buffer`` scheduler strategy, NPU/XPU/MUSA.
-Version boundaries between the wheels read (0.4.7, 0.5.4-0.5.5) are inferred.
+Boundaries read from the release wheels (not conformance-run; see docs/conformance.md): aiter x0.85
+and the ROCm MLA aiter choice from 0.4.7 (absent @ v0.4.6.post5), DeepseekV3 SM100 trtllm_mla from
+0.5.4. Still between wheels read: trtllm_mha on SM100 from 0.5.7 (present @ v0.5.7, 0.5.4-0.5.6 not
+checked for the default path), the trtllm_mla page constraint from 0.4.10.
 """
 
 from __future__ import annotations
@@ -128,7 +131,8 @@ def default_backend(v: Version, spec: ModelSpec, gpu: GPU, a: SGLangArgs) -> tup
             return "trtllm_mha", "model override", f"{arch} on SM100 without mamba radix cache"
         return "triton", "model override", f"{arch} on SM100: mamba radix cache needs page_size 1"
     if spec.is_mla:
-        if arch == "DeepseekV3ForCausalLM" and plat == "sm100" and at_least(v, "0.5.6"):
+        # server_args.py @ v0.5.4 l.872-886 (_handle_model_specific_adjustments); absent @ v0.5.3
+        if arch == "DeepseekV3ForCausalLM" and plat == "sm100" and at_least(v, "0.5.4"):
             return "trtllm_mla", "model override", "DeepseekV3ForCausalLM on SM100"
         if plat == "sm90":
             return "fa3", "default", "MLA on Hopper"
@@ -137,7 +141,8 @@ def default_backend(v: Version, spec: ModelSpec, gpu: GPU, a: SGLangArgs) -> tup
         if plat == "hip":
             heads = mla_kv_heads_per_rank(spec, a.tp_size)
             spec_ok = a.speculative_algorithm is None or at_least(v, "0.5.0")
-            if heads in (16, 128) and spec_ok and at_least(v, "0.4.8"):
+            # model_runner.py @ v0.4.7 l.342-350; absent @ v0.4.6.post5
+            if heads in (16, 128) and spec_ok and at_least(v, "0.4.7"):
                 return "aiter", "default", f"MLA on ROCm with {heads} KV heads per rank"
             return "triton", "default", f"MLA on ROCm with {heads} KV heads per rank (aiter needs 16 or 128)"
         return "triton", "default", f"MLA on {gpu.sm}"
@@ -173,6 +178,6 @@ def resolve_attention_backend(v: Version, spec: ModelSpec, gpu: GPU, a: SGLangAr
         if page not in allowed:
             page, page_source = forced, f"{name} supports page_size {'/'.join(map(str, allowed))}"
     factor = None
-    if name == "aiter" and context_len > AITER_CONTEXT_THRESHOLD and at_least(v, "0.4.8"):
+    if name == "aiter" and context_len > AITER_CONTEXT_THRESHOLD and at_least(v, "0.4.7"):  # model_runner.py @ v0.4.7 l.423-425
         factor = AITER_FRACTION_FACTOR
     return AttentionBackend(name, source, page, page_source, factor, reason)
