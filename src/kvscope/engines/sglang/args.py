@@ -1,17 +1,25 @@
 """SGLang's version-aware defaults: mem_fraction_static, chunked_prefill_size, CUDA-graph max bs.
 
-Mirrors ``ServerArgs._handle_gpu_memory_settings`` (python/sglang/srt/server_args.py) up to
-v0.5.18 and ``arg_groups/memory_hook.py::handle_gpu_memory_settings`` from v0.5.20 (read from the
-released wheels v0.4.6.post5, 0.5.6, 0.5.9-0.5.15, 0.5.18, 0.5.20, 0.5.23). Eras:
+Mirrors ``ServerArgs.__post_init__`` (<= 0.5.2), ``ServerArgs._handle_gpu_memory_settings``
+(python/sglang/srt/server_args.py, 0.5.3-0.5.18) and ``arg_groups/memory_hook.py::handle_gpu_memory_settings``
+(0.5.19+). Conformance-run (tests/conformance) against 0.4.6.post5, 0.4.8.post1, 0.4.10.post2, 0.5.3,
+0.5.4, 0.5.5, 0.5.6, 0.5.7, 0.5.8.post1, 0.5.9, 0.5.10, 0.5.12, 0.5.13, 0.5.14, 0.5.15, 0.5.18,
+0.5.20, 0.5.21, 0.5.22, 0.5.23; boundaries between them read from 0.4.7, 0.4.8, 0.4.9, 0.5.1, 0.5.2,
+0.5.8, 0.5.11, 0.5.16, 0.5.17. Eras:
 
-* ``< 0.4.10``   fixed table by tp*pp (0.79..0.88), large-GPU bump (server_args.py @ v0.4.6.post5).
-* ``0.4.10-0.5.2`` reserved GiB per GPU bucket (server_args.py @ v0.4.10.post2).
-* ``0.5.3-0.5.9``  ``512 + chunk*1.5 + max_bs*2 + tp*pp/8*1024`` MiB, DP terms, opt-in piecewise
-  graph ``+8*len(tokens)``, 10 GiB floor above 60 GiB, +2 GiB (EAGLE) / +6 GiB (STANDALONE).
+* ``< 0.4.8``    fixed table by tp*pp (0.79..0.88), large-GPU bump (server_args.py @ v0.4.6.post5, 0.4.7).
+* ``0.4.8-0.5.2`` reserved GiB per GPU bucket, +2 GiB speculative, +4 GiB DP attention; chunk
+  2048/8192/16384; multimodal x0.90 (0.4.9), ``adjust_mem_fraction_for_vlm`` (0.4.10+)
+  (server_args.py @ v0.4.8, v0.4.10.post2, v0.5.2).
+* ``0.5.3-0.5.9``  ``512 + chunk*1.5 + max_bs*2 + tp*pp/8*1024`` MiB, DP terms, 10 GiB floor above
+  60 GiB, +2 GiB (EAGLE) / +6 GiB (STANDALONE); opt-in piecewise graph from 0.5.4 (reserve: none
+  0.5.4-0.5.5, ``4096 // 4`` 0.5.6, ``chunk // 8`` 0.5.7, ``8 * len(tokens)`` 0.5.8+).
 * ``0.5.10-0.5.13`` piecewise graph on by default (MLA: flat 1.5 GiB), speculative +4 GiB / +6 GiB.
-* ``0.5.14-``     speculative reserve removed (the draft is budgeted in the profile).
+* ``0.5.14-``     speculative reserve removed (the draft is budgeted in the profile); DeepEP +2 GiB
+  from 0.5.15, prefill graph + DeepEP +1 GiB from 0.5.17.
 * ``0.5.20-``     35 GiB bucket becomes 4096 / 48|160; fallback without a GPU size 0.95;
-  MLA prefill-graph max_bs ``min(8192, chunk)``; DeepEP +2 GiB.
+  defaulted max_bs clamped to ``--max-running-requests`` from 0.5.22; MLA prefill-graph max_bs
+  ``min(8192, chunk)`` from 0.5.23.
 """
 
 from __future__ import annotations
@@ -28,8 +36,9 @@ LATEST = "0.5.23"
 # _handle_gpu_memory_settings); 0.4.10.post2 still has the 0.4.8 bucket form.
 LADDER_05 = "0.5.3"
 KNOWN_VERSIONS = (
-    "0.4.6.post5", "0.4.10.post2", "0.5.3", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10", "0.5.11",
-    "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.18", "0.5.20", "0.5.23",
+    "0.4.6.post5", "0.4.8.post1", "0.4.10.post2", "0.5.3", "0.5.4", "0.5.5", "0.5.6", "0.5.7", "0.5.8",
+    "0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.18", "0.5.20", "0.5.21",
+    "0.5.22", "0.5.23",
 )
 
 
