@@ -30,10 +30,11 @@ the released wheels:
 
 Not modelled (left at page size 1 / no factor): FA4 prefill for asymmetric-KV MHA (page 128),
 the mamba ``extra_buffer`` scheduler strategy, NPU/XPU/MUSA.
-Boundaries read from the release wheels (not conformance-run; see docs/conformance.md): aiter x0.85
-and the ROCm MLA aiter choice from 0.4.7 (absent @ v0.4.6.post5), DeepseekV3 SM100 trtllm_mla from
-0.5.4. Still between wheels read: trtllm_mha on SM100 from 0.5.7 (present @ v0.5.7, 0.5.4-0.5.6 not
-checked for the default path), the trtllm_mla page constraint from 0.4.10.
+Boundaries read from adjacent release wheels (not conformance-run; see docs/conformance.md): aiter
+x0.85 and the ROCm MLA aiter choice from 0.4.7 (absent @ v0.4.6.post5), DeepseekV3 SM100
+trtllm_mla from 0.5.4 (absent @ v0.5.3), the trtllm_mla backend and its page constraint from 0.4.10
+(server_args.py @ v0.4.10.post2 l.428; no trtllm_mla @ v0.4.9), the SM100 trtllm_mha default from
+0.5.7 (absent @ v0.5.6).
 """
 
 from __future__ import annotations
