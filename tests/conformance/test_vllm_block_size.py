@@ -183,4 +183,4 @@ def test_block_size_check_and_update_config_016(version: str) -> None:
                                     traits=traits, qk_nope_head_dim=qk)
         assert got == want, (sm, kind, qk, blk)
         n += 1
-    count_cases("vllm", version, "check_and_update_config (block size, 0.16-0.18 rule)", n)
+    count_cases("vllm", version, "check_and_update_config (block size, 0.12-0.17 MLA rule)", n)

@@ -30,7 +30,7 @@ class VersionTraits:
     is_v0: bool  # V0 engine (< 0.8: VLLM_USE_V1 default 0; spec §11)
     requested_memory_ceil: bool  # request_memory(): math.ceil + device in the error (v0.14.1+, utils.py)
     default_gpu_memory_utilization: float  # 0.9 -> 0.92 at v0.20 (vllm/config/cache.py @ v0.20.2)
-    cudagraph_estimate_profiled: bool  # profile_cudagraph_memory exists (v0.19.0 gpu_worker.py; spec: 0.18)
+    cudagraph_estimate_profiled: bool  # profile_cudagraph_memory exists (gpu_worker.py @ v0.18.0; absent in v0.17.0)
     cudagraph_estimate_applied: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default "1" (envs.py @ v0.20.2)
     total_consumed_formula: bool  # non_kv = total_consumed + transient headroom (mem_utils.py @ v0.27+)
     tokens_from_concurrency: bool  # tokens = int(concurrency * max_model_len) (kv_cache_utils.py @ v0.20.2)
@@ -52,8 +52,8 @@ class VersionTraits:
     # boundaries between two read wheels sit at the later one) ---
     kv_cache_memory_bytes_flag: bool = True  # CacheConfig.kv_cache_memory_bytes (cache.py @ v0.11.0; not 0.10.2)
     util_pydantic_bounds: bool = True  # Field(gt=0, le=1) (cache.py @ v0.12.0); 0.10-0.11 only "> 1.0" raises
-    batch_defaults_v2: bool = True  # get_batch_defaults (arg_utils.py @ v0.12.0) + max_num_seqs*max_model_len cap, chunked
-    #   prefill honoured (arg_utils.py @ v0.19.0); 0.10-0.11 _set_default_args: chunked prefill forced on
+    batch_defaults_v2: bool = True  # get_batch_defaults + max_num_seqs*max_model_len cap, chunked prefill
+    #   honoured (arg_utils.py @ v0.12.0 … v0.33.0); 0.10-0.11 _set_default_args: chunked prefill forced on
     gb10_small_tier: bool = True  # GB10 (sm121) kept on the small batch tier (arg_utils.py @ v0.33.0)
     max_len_generation: int = 33  # _get_and_verify_max_len: 10 (rope_scaling; 0.10-0.11), 19 (rope_parameters,
     #   yarn = original_max_position_embeddings x factor, longrope default; 0.12-0.28; config/model.py
@@ -253,7 +253,7 @@ def block_size_classic(user: int | None, *, is_mla: bool, gpu_sm: str, is_sparse
     return block, source
 
 
-# --- vLLM >= 0.19: the attention-backend registry picks the block size --------------------------
+# --- vLLM >= 0.18: the attention-backend registry picks the block size (update_block_size_for_backend @ v0.18.0) ---
 
 _FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
@@ -486,7 +486,8 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
                        num_heads: int = 32, qk_nope_head_dim: int | None = 128, has_sink: bool = False,
                        user_block_size: int | None = None, is_hybrid: bool = False,
                        selected_backend: str | None = None) -> tuple[int, str | None, str]:
-    """(block_size, backend, source) of vLLM >= 0.19 on CUDA and ROCm.
+    """(block_size, backend, source) of vLLM >= 0.18 on CUDA and ROCm (the backend registry;
+    the 0.18.0 differences are inline).
 
     * Backend: ``CudaPlatformBase.get_attn_backend_cls`` walks ``_get_backend_priorities``
       (vllm/platforms/cuda.py @ v0.19.1, v0.20.2, v0.26.0, v0.28.0, v0.33.0) and takes the first

@@ -718,7 +718,8 @@ def no_available_memory_error(traits: VersionTraits) -> str:
 def insufficient_memory_error(max_model_len: int, needed_bytes: int, available_bytes: int,
                               estimated_max_len: int, traits: VersionTraits) -> str:
     """The "To serve at least one request with the model's max seq len" error, per version:
-    v0.11.0 (``:.2f`` GiB, "models's"), v0.13.0 (the same + docs link), v0.14–v0.21 (format_gib, docs link, "models's"),
+    v0.11.0 (``:.2f`` GiB, "models's"), v0.13.0 (the same + docs link), v0.14–v0.21 (format_gib,
+    docs link, "models's"),
     v0.24.0+ ("model's", CPU-backend hint) -- kv_cache_utils.py / kv_cache_planning.py."""
     if traits.error_text_generation < 14:
         est = ("Based on the available memory, "
