@@ -219,7 +219,7 @@ def aiter_fraction_factors(flags: dict, flag_source: dict, context_len: int | No
     """The factors SGLang may have applied to the mem_fraction_static the log shows (1.0 = none).
 
     ``attention_backend == "aiter"`` and ``context_len > 8192``: x0.85, applied to the user's value
-    too (kvscope/engines/sglang/backend.py: model_runner.py @ v0.4.8.post1-v0.5.3, after the
+    too (kvscope/engines/sglang/backend.py: model_runner.py @ v0.4.7-v0.5.3, after the
     ServerArgs dump; server_args.py @ v0.5.6+, before it, so a dumped value already includes it).
     Absent @ v0.4.6.post5. When the version or context is not known both readings are allowed."""
     from packaging.version import InvalidVersion, Version
@@ -230,7 +230,7 @@ def aiter_fraction_factors(flags: dict, flag_source: dict, context_len: int | No
         v = Version(version) if version else None
     except InvalidVersion:
         v = None
-    if v is not None and v < Version("0.4.8"):
+    if v is not None and v < Version("0.4.7"):
         return (1.0,)
     if context_len is None:
         return (1.0, 0.85)
