@@ -63,7 +63,7 @@ def kv_members(version: str) -> Tuple[str, ...]:
     out = [INTERFACE, UTILS, MAMBA_UTILS, *MODEL_CONFIG]
     if v >= (0, 33):
         out += [PLANNING, BUILDER]
-    if v >= (0, 24):  # kv_cache_spec_registry.py from 0.24.0, kv_cache_layout.py from 0.30.0 (absent: recorded)
+    if v >= (0, 24):  # kv_cache_spec_registry.py from 0.24.0, kv_cache_layout.py from 0.29.0 (absent: recorded)
         out += [REGISTRY, MANAGERS, LAYOUT]
     if v >= (0, 12):  # vllm/utils/math_utils.py + mem_utils.py from 0.12.0
         out += [MATH_UTILS, MEM_UTILS]
@@ -255,7 +255,7 @@ class VllmKV:
                 "vllm.utils", {"cdiv": cdiv, "get_dtype_size": get_dtype_size, "GiB_bytes": GiB})
             self.cdiv = cdiv
         self.has_registry = self.v >= (0, 24) and self.src.has(REGISTRY)
-        if self.v >= (0, 30) and self.src.has(LAYOUT):  # kv_cache_layout.py (0.30.0+)
+        if self.v >= (0, 24) and self.src.has(LAYOUT):  # kv_cache_layout.py (0.29.0+)
             # vllm/v1/attention/backend.py MultipleOf: block-stride alignment in kernel blocks
             @dataclass(frozen=True)
             class MultipleOf:
@@ -550,7 +550,7 @@ class VllmKV:
                             a = override * (P._pool_bytes_per_block(cfg, groups) if two
                                             else P._pool_bytes_per_block(groups))
                         if "check_memory = [" in self.src.read(UTILS):
-                            # 0.30: the check runs on available - one block (the null block)
+                            # 0.29/0.30: the check runs on available - one block (the null block)
                             a -= P._pool_bytes_per_block(groups)
                         needed.append(P._max_memory_usage_bytes_from_groups(cfg, groups))
                         est.append(P._estimate_max_model_len_from_groups(cfg, groups, a))

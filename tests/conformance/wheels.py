@@ -50,7 +50,7 @@ VLLM_DEFAULT = ("0.11.0", "0.20.2", "0.33.0")
 # Releases between the pins, FULL-only: they pin the boundaries kvscope's version gates draw
 # (args.py VersionTraits, kv_cache.py, memory.py) on read code instead of inference.
 VLLM_BOUNDARY = ("0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.0", "0.18.0", "0.19.0",
-                 "0.22.1", "0.24.0", "0.27.1", "0.30.0")
+                 "0.20.0", "0.22.1", "0.24.0", "0.27.1", "0.29.0", "0.30.0")
 
 
 def _vkey(version: str):

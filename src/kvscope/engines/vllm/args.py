@@ -37,7 +37,7 @@ class VersionTraits:
     override_folds_into_available: bool  # num_gpu_blocks_override rewrites available (v0.20.2)
     error_text_generation: int  # 11 (<0.13), 13 (0.13: ":.2f" GiB + docs link, kv_cache_utils.py @ v0.13.0),
     #   14 (0.14-0.21, format_gib, "models's"), 24 (>=0.22: "model's" + CPU hint)
-    null_block_reserved: bool  # admission check on available - bytes_per_block (kv_cache_planning @ v0.30)
+    null_block_reserved: bool  # admission check on available - bytes_per_block (kv_cache_utils.py @ v0.29.0)
     merged_capacity_log: bool  # "GPU KV cache size: N tokens, Maximum concurrency ..." (v0.28.0)
     mamba_check: str  # "none" | "cap_graphs" (v0.19.0 warning) | "raise" (v0.20.2+ ValueError)
     hybrid_prefix_caching: bool  # hybrid models prefix-cache by default -> mamba_cache_mode align: v0.28.0
@@ -104,7 +104,7 @@ def version_traits(version: str | None) -> VersionTraits:
         tokens_from_concurrency=at_least("0.20.2"),
         override_folds_into_available=at_least("0.20.2"),
         error_text_generation=gen,
-        null_block_reserved=at_least("0.30"),
+        null_block_reserved=at_least("0.29"),
         merged_capacity_log=at_least("0.28"),
         mamba_check="raise" if at_least("0.20.2") else "cap_graphs" if at_least("0.19") else "none",
         hybrid_prefix_caching=at_least("0.28"),
@@ -275,14 +275,14 @@ def _multiple(block: int | None, sizes: tuple[int, ...]) -> bool:
 def _flash_attn_valid(version: Version, cap: tuple[int, int], head_size: int, kv: str, has_sink: bool) -> bool:
     """``FlashAttentionBackend.validate_configuration`` (flash_attn.py + fa_utils.py @ v0.19.1 …
     v0.33.0, FA2/FA3/FA4 kernels installed): FA3 on SM9x, FA4 on SM10x (FA2 for heads > 128 except
-    192 there), FA2 elsewhere; heads up to 256 (v0.20.2+: 512 where FA4 runs: SM9x/10x/11x); sinks
-    need FA3 (v0.20.2+: FA3/FA4) and SM90+; fp8 KV: FA3 on SM9x (v0.19-v0.20 any fp8 name; v0.26
+    192 there), FA2 elsewhere; heads up to 256 (v0.20.0+: 512 where FA4 runs: SM9x/10x/11x); sinks
+    need FA3 (v0.20.0+: FA3/FA4) and SM90+; fp8 KV: FA3 on SM9x (v0.19-v0.20 any fp8 name; v0.26
     fp8/fp8_e4m3), v0.27+ also FA4 on SM10x for heads <= 128 or 192 (not fp8_e5m2; read in 0.27.1)."""
     major = cap[0]
     # v26: fp8 KV only fp8/fp8_e4m3 (read in 0.22.1, 0.24.0 and 0.26.0; absent in 0.20.2)
     # v30: FA4's Blackwell head-256 kernel (read in 0.30.0, absent in 0.28.0)
     # v28: FA3 -> FA4 upgrade for heads > 256, fp8 KV on FA4 (read in 0.27.1 and 0.28.0; absent in 0.26.0)
-    v20, v26, v28, v30, v33 = (version >= Version(x) for x in ("0.20.2", "0.22", "0.27", "0.30", "0.33"))
+    v20, v26, v28, v30, v33 = (version >= Version(x) for x in ("0.20", "0.22", "0.27", "0.30", "0.33"))
     fa4_device = major in (9, 10, 11)
     if cap < (8, 0) or head_size % 8:
         return False
@@ -562,7 +562,7 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
     name, sizes = chosen
     if user_block_size is not None:
         return user_block_size, name, "flag"
-    if is_hybrid and version < Version("0.20.2"):
+    if is_hybrid and version < Version("0.20"):  # hybrid phase 1 applies from v0.20.0 (read in 0.20.0)
         return 16, name, "CacheConfig.DEFAULT_BLOCK_SIZE (hybrid model: update_block_size_for_backend skips it)"
     if is_sparse_mla and is_mla:
         if rocm:  # DeepseekV32IndexerBackend: kernel block 1 on ROCm (v0.33: [1, MultipleOf(16)])

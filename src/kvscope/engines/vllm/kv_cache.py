@@ -260,15 +260,15 @@ def hybrid_kernel_block_alignment(traits: VersionTraits, block_size: int, is_mla
 
     * up to v0.19 (``HybridAttentionMambaModelConfig``, models/config.py @ v0.11.0 / v0.19.1):
       16, and for MLA 64 (128 with CUTLASS MLA, not modelled) -- the MLA branch is absent in
-      v0.10.2 / v0.11.0 and present in v0.16.0 / v0.17.0 / v0.19.1 (boundary at the later read wheel);
-    * v0.20.2+ (``Platform._align_hybrid_block_size``, platforms/interface.py @ v0.20.2):
+      v0.10.2 / v0.11.0 and present from v0.12.0 (models/config.py @ v0.12.0);
+    * v0.20.0+ (``Platform._align_hybrid_block_size``, platforms/interface.py @ v0.20.0 / v0.20.2):
       ``max(smallest kernel block of the backend, cache block size)`` -- FlashAttention
       advertises ``MultipleOf(16)`` -- so a user block size above 16 sets the alignment;
     * v0.33.0: MLA at least 128, and the result is rounded up to the non-mamba backends' common
       kernel block (16 for FlashAttention).
     """
-    if not _at_least(traits, "0.20.2"):
-        return (64 if (is_mla and _at_least(traits, "0.16")) else 16), 1
+    if not _at_least(traits, "0.20"):
+        return (64 if (is_mla and _at_least(traits, "0.12")) else 16), 1
     align = max(backend_min_kernel_block, block_size)
     if not _at_least(traits, "0.33"):
         return align, 1
@@ -394,11 +394,11 @@ def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> di
       v0.20.2; before, scaling its block size trips ``assert new_spec.page_size_bytes ==
       max_page_size``);
     * a smaller non-MLA attention page that does not divide: padded (``page_size_padded``,
-      kv_cache_utils.py @ v0.30.0, kv_cache_planning.py @ v0.33.0); v0.24 … v0.28 pad only when
+      kv_cache_utils.py @ v0.29.0 / v0.30.0, kv_cache_planning.py @ v0.33.0); v0.24 … v0.28 pad only when
       the backend sets ``indexes_kv_by_block_stride`` (spec default False, kv_cache_utils.py
       @ v0.24.0 / v0.26.0 / v0.28.0);
-    * otherwise ``NotImplementedError``, whose text changed at v0.24 and v0.30 (read in the
-      v0.22.1 / v0.24.0 and v0.28.0 / v0.30.0 wheels).
+    * otherwise ``NotImplementedError``, whose text changed at v0.24 and v0.29 (read in the
+      v0.22.1 / v0.24.0 and v0.28.0 / v0.29.0 wheels).
     """
     pages = {s.page_size_bytes for s in specs.values()}
     if len(pages) <= 1:
@@ -417,7 +417,7 @@ def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> di
                                 "unify_kv_cache_spec_page_size)", field="--block-size",
                                 fix="let vLLM choose the attention block size for this hybrid model")
             out[i] = replace(s, block_size=s.block_size * (top // s.page_size_bytes), page_size_bytes=top)
-        elif _at_least(traits, "0.30") and s.kind in (FULL_ATTN, SLIDING_WINDOW, CHUNKED_LOCAL):
+        elif _at_least(traits, "0.29") and s.kind in (FULL_ATTN, SLIDING_WINDOW, CHUNKED_LOCAL):
             out[i] = replace(s, page_size_bytes=top)
         else:
             raise FlagError(unify_page_size_error(i, traits), field="--block-size",
@@ -427,13 +427,13 @@ def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> di
 
 def unify_page_size_error(layer: int, traits: VersionTraits) -> str:
     """The ``NotImplementedError`` of ``unify_kv_cache_spec_page_size`` (kv_cache_utils.py
-    @ v0.19.0 / v0.22.1; v0.24.0 … v0.28.0; v0.30.0, kv_cache_planning.py @ v0.33.0). vLLM names
+    @ v0.19.0 / v0.22.1; v0.24.0 … v0.28.0; v0.29.0 / v0.30.0, kv_cache_planning.py @ v0.33.0). vLLM names
     the layer by its module path (``model.layers.3.self_attn.attn``); kvscope gives the decoder
     layer index."""
     if not _at_least(traits, "0.24"):
         return ("The page size of the layer is not divisible by the maximum page size. "
                 "Cannot unify by adjusting block_size.")
-    tail = ("non-MLA attention layers." if _at_least(traits, "0.30") else
+    tail = ("non-MLA attention layers." if _at_least(traits, "0.29") else
             "attention layers whose backend indexes KV pages by the block stride "
             "(indexes_kv_by_block_stride is True).")
     return (f"Layer {layer}: page size is not divisible by the maximum page size and cannot be "
@@ -626,7 +626,7 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
     * v0.17.0 … v0.28: override folded into the available memory (v0.20.2+), check per worker on
       the projected groups (padding included), min over workers, capacity from the min;
     * v0.14.1 … v0.18.0 count only the first group's blocks in the need (:func:`check_rules`);
-    * v0.30+ (kv_cache_planning.py @ v0.33.0): the check runs on ``available - bytes_per_block``
+    * v0.29+ (kv_cache_utils.py @ v0.29.0, kv_cache_planning.py @ v0.33.0): the check runs on ``available - bytes_per_block``
       (the BlockPool's null block).
 
     ``auto_fit`` (``--max-model-len -1``, v0.14+): before the check, ``_auto_fit_max_model_len``
