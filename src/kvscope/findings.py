@@ -548,8 +548,19 @@ def _sglang_max_running_check(an: Analysis, log: Any, flags: dict, tokens: int |
         user = as_int(flags.get("max_running_requests"))
         dp = as_int(flags.get("dp_size")) or 1
         attn_dp = dp if flags.get("enable_dp_attention") else 1
-        _, running = max_num_reqs(Version(version), token_capacity=tokens, profiled_tokens=tokens, context_len=ctx,
-                                  max_running_requests=user, attn_dp_size=attn_dp)
+
+        def running_at(ver: str) -> int:
+            return max_num_reqs(Version(ver), token_capacity=tokens, profiled_tokens=tokens, context_len=ctx,
+                                max_running_requests=user, attn_dp_size=attn_dp)[1]
+
+        running = running_at(version)
+        if running != printed and not log.version_printed:
+            # no printed version: the log's formats admit a range of releases; if one of them
+            # computes the printed value (e.g. the +1 pool row of <= 0.4.6), that release ran
+            for other in _releases_in_range(log):
+                if running_at(other) == printed:
+                    version, running = other, printed
+                    break
     except Exception:  # noqa: BLE001 - a version the engine module does not know: no check
         return
     mamba = any(r.mamba for r in log.ranks.values())
@@ -566,6 +577,21 @@ def _sglang_max_running_check(an: Analysis, log: Any, flags: dict, tokens: int |
                f"max_total_num_tokens // 2 allow: another limit capped it — with a hybrid (mamba / linear-attention) "
                "model the mamba cache slots (--max-mamba-cache-size), else DP attention or a patched default",
                [log.summary_evidence], None)
+
+
+def _releases_in_range(log: Any) -> list[str]:
+    """Known SGLang releases inside the version range the log's line formats imply, newest first."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from .engines.sglang.args import KNOWN_VERSIONS
+    from .engines.sglang.logs import version_specifier
+
+    try:
+        spec = SpecifierSet(version_specifier(log.version_markers))
+    except Exception:  # noqa: BLE001
+        return []
+    return sorted((v for v in KNOWN_VERSIONS if Version(v) in spec), key=Version, reverse=True)
 
 
 def _token_bounds(pre: float, post: float, mfs: float, mm: float, cell: int, page: int) -> tuple[int, int]:
