@@ -559,10 +559,10 @@ class SglangLogParser:
         if key.endswith("num tokens (") or key == "Capturing batches (":
             return True  # capture / compile progress bars (tqdm): the begin/end lines carry the figures
         if key == "device_name=":
-            m = RE_DEVICE_NAME.search(line)
-            if not m:
+            name = device_name_in(line)
+            if name is None:
                 return False
-            lg.device_name = m.group(1).replace("_", " ")
+            lg.device_name = name
             return True
         if key == "piecewise cuda graph is enabled":
             self._event("piecewise_cuda_graph", {}, ev)
@@ -643,6 +643,13 @@ class SglangLogParser:
 
     def result(self) -> SglangLog:
         return self.log
+
+
+def device_name_in(line: str) -> str | None:
+    """The GPU named by a MoE kernel-config line (``device_name=NVIDIA_H100_80GB_HBM3``), as nvidia-smi
+    spells it; both engines print these."""
+    m = RE_DEVICE_NAME.search(line)
+    return m.group(1).replace("_", " ") if m else None
 
 
 def custom_ar_disabled_reason(line: str) -> str:

@@ -34,7 +34,7 @@ from ..sglang.logs import (
     literal,
     parse_kv_repr,
 )
-from ..sglang.logs import custom_ar_disabled_reason
+from ..sglang.logs import custom_ar_disabled_reason, device_name_in
 from ..sglang.logs import version_specifier as _version_specifier
 
 ENGINE = "vllm"
@@ -399,12 +399,10 @@ class VllmLogParser:
             self._saw_figures = True
             return True
         if key == "device_name=":
-            from ..sglang.logs import RE_DEVICE_NAME
-
-            m = RE_DEVICE_NAME.search(line)
-            if not m:
+            name = device_name_in(line)
+            if name is None:
                 return False
-            lg.device_name = m.group(1).replace("_", " ")
+            lg.device_name = name
             return True
         if key == "died, exit code":
             self._event("worker_died", {}, ev)
