@@ -314,10 +314,42 @@ def parse_launch_flags(argv_text: str) -> dict[str, Any]:
     return out
 
 
-class SglangLogParser:
+class LineGrammar:
+    """What both engines' log parsers share: find a trigger phrase (raw line first, then the cleaned
+    one), note the line's timestamp, hand the line to the subclass's ``_dispatch``, and keep the
+    latest timestamp seen since the figures began (restart detection). Subclasses set
+    ``TRIGGER`` and ``TIMESTAMP`` (group 1 = the timestamp)."""
+
+    TRIGGER: re.Pattern = re.compile(r"(?!)")
+    TIMESTAMP: re.Pattern = re.compile(r"(?!)")
+
+    def feed(self, lineno: int, raw: str) -> bool:
+        """Returns True when the line was recognised."""
+        if self.TRIGGER.search(raw) is None:
+            return False
+        line = clean(raw)
+        t = self.TRIGGER.search(line)
+        if t is None:
+            return False
+        ts = self.TIMESTAMP.search(line, 0, t.start() + 1)
+        self._ts = ts.group(1) if ts else None
+        if self._dispatch(lineno, line, t.group(0), t.start()):
+            self.log.matched_lines += 1
+            if self._saw_figures and self._ts is not None and (self._figures_ts is None or self._ts > self._figures_ts):
+                self._figures_ts = self._ts
+            return True
+        return False
+
+    def _dispatch(self, lineno: int, line: str, key: str, pos: int) -> bool:
+        raise NotImplementedError
+
+
+class SglangLogParser(LineGrammar):
     """Feed lines one at a time (``feed``); ``result()`` returns what was understood."""
 
     engine = ENGINE
+    TRIGGER = TRIGGER_RE
+    TIMESTAMP = PREFIX_RE
 
     def __init__(self) -> None:
         self.log = SglangLog()
@@ -369,24 +401,6 @@ class SglangLogParser:
         return True
 
     # -- the grammar ---------------------------------------------------------------------
-    def feed(self, lineno: int, raw: str) -> bool:
-        """Returns True when the line was recognised."""
-        t = TRIGGER_RE.search(raw)
-        if t is None:
-            return False
-        line = clean(raw)
-        t = TRIGGER_RE.search(line)
-        if t is None:
-            return False
-        ts = PREFIX_RE.search(line, 0, t.start() + 1)
-        self._ts = ts.group(1) if ts else None
-        if self._dispatch(lineno, line, t.group(0), t.start()):
-            self.log.matched_lines += 1
-            if self._saw_figures and self._ts is not None and (self._figures_ts is None or self._ts > self._figures_ts):
-                self._figures_ts = self._ts
-            return True
-        return False
-
     def _dispatch(self, lineno: int, line: str, key: str, pos: int) -> bool:  # noqa: C901 - a table
         lg = self.log
         ev = evidence(lineno, line)

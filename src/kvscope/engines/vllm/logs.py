@@ -34,7 +34,7 @@ from ..sglang.logs import (
     literal,
     parse_kv_repr,
 )
-from ..sglang.logs import custom_ar_disabled_reason, device_name_in
+from ..sglang.logs import LineGrammar, custom_ar_disabled_reason, device_name_in
 from ..sglang.logs import version_specifier as _version_specifier
 
 ENGINE = "vllm"
@@ -232,8 +232,10 @@ def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-class VllmLogParser:
+class VllmLogParser(LineGrammar):
     engine = ENGINE
+    TRIGGER = TRIGGER_RE
+    TIMESTAMP = RE_TIMESTAMP
 
     def __init__(self) -> None:
         self.log = VllmLog()
@@ -291,22 +293,6 @@ class VllmLogParser:
             self._saw_figures = False
             self._figures_ts = None
         return True
-
-    def feed(self, lineno: int, raw: str) -> bool:
-        if TRIGGER_RE.search(raw) is None:
-            return False
-        line = clean(raw)
-        t = TRIGGER_RE.search(line)
-        if t is None:
-            return False
-        ts = RE_TIMESTAMP.search(line, 0, t.start() + 1)
-        self._ts = ts.group(1) if ts else None
-        if self._dispatch(lineno, line, t.group(0), t.start()):
-            self.log.matched_lines += 1
-            if self._saw_figures and self._ts is not None and (self._figures_ts is None or self._ts > self._figures_ts):
-                self._figures_ts = self._ts
-            return True
-        return False
 
     def _dispatch(self, lineno: int, line: str, key: str, pos: int) -> bool:  # noqa: C901 - a table
         lg = self.log
