@@ -26,20 +26,30 @@ most headroom (KV capacity at the upper end of the knob / target).
 
 from __future__ import annotations
 
+import abc
 import math
+import os
 import shlex
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
+from .engines.sglang import kv_cache as sgl_kv_cache
 from .engines.sglang import memory as sgl_mem
-from .engines.sglang.args import SGLangArgs, at_least
-from .engines.sglang.args import parse_version as sglang_version
+from .engines.sglang.args import SGLangArgs
+from .engines.sglang.decision import SGLangDecision, SGLangPlanExtra
+from .engines.sglang.release import parse_version as sglang_version
+from .engines.sglang.release import release as sglang_release
 from .engines.sglang.plan import Measured, plan_sglang
 from .engines.vllm import memory as vllm_mem
-from .engines.vllm.args import KV_CACHE_DTYPES, VllmFlags, version_traits
+from .engines.vllm.args import KV_CACHE_DTYPES, VllmFlags
+from .engines.vllm.decision import VllmDecision, VllmPlanExtra
+from .engines.vllm.release import version_traits
 from .engines.vllm.plan import plan_vllm
 from .errors import FlagError, KvscopeError
-from .hardware.gpus import GPU
+from ._callable import make_callable
+from .catalog import load_model_source
+from .hardware.gpus import GPU, get_gpu
+from .model.load import exact_weights_per_rank_fn, load_spec
 from .model.spec import ModelSpec
 from .timeline import Timeline
 from .units import GiB, gib_to_bytes
@@ -48,7 +58,6 @@ ENGINES = ("sglang", "vllm")
 FP8 = {"sglang": "fp8_e4m3", "vllm": "fp8"}
 KNOB = {"sglang": "--mem-fraction-static", "vllm": "--gpu-memory-utilization"}
 
-# SGLangArgs / VllmFlags fields a user may fix (``--set name=value``), with the engine's flag name.
 # SGLangArgs / VllmFlags fields a user may fix (``--set name=value``) -> the engine's flag name. Limited to
 # flags ``kvscope plan`` also takes, so that every option's ``plan_command`` reproduces it exactly.
 SGLANG_SETTABLE = {
@@ -66,11 +75,41 @@ VLLM_SETTABLE = {
 
 
 # ----------------------------------------------------------------------------------------------
-# Result types
+# Result types: JSON keys are the field names (plus the read-only properties a class lists in
+# ``_KEYS``), in ``_KEYS`` order; ``from_dict`` reads the fields back, ``_LOAD`` converting nested ones.
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "to_dict"):
+        return v.to_dict()
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Mapping):
+        return dict(v)
+    return v
+
+
+class _Json:
+    _KEYS: ClassVar[tuple[str, ...]] = ()
+    _LOAD: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _plain(getattr(self, k)) for k in self._KEYS}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]):
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        load = cls._LOAD
+        return cls(**{k: (load[k](v) if k in load and v is not None else v)
+                      for k, v in d.items() if k in names})
+
+
+def _many(cls: Any) -> Callable[[Any], tuple]:
+    return lambda items: tuple(cls.from_dict(x) for x in items)
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Candidate(_Json):
     """One layout to try. ``dp`` engines: data-parallel replicas (each ``tp x pp`` GPUs) or, with
     ``dp_attention`` (SGLang), attention-DP workers inside one TP group (``dp`` = ``tp``)."""
 
@@ -80,6 +119,9 @@ class Candidate:
     dp: int = 1
     dp_attention: bool = False
     kv_cache_dtype: str = "auto"
+
+    _KEYS = ("engine", "tp", "pp", "dp", "dp_attention", "kv_cache_dtype", "num_gpus", "label")
+    _LOAD = {"tp": int, "pp": int, "dp": int, "dp_attention": bool}
 
     @property
     def num_gpus(self) -> int:
@@ -99,13 +141,9 @@ class Candidate:
             s += f" DP-attn{self.dp}" if self.dp_attention else f" DP{self.dp}"
         return s + ("" if self.kv_cache_dtype == "auto" else f" {self.kv_cache_dtype} KV")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "tp": self.tp, "pp": self.pp, "dp": self.dp, "dp_attention": self.dp_attention,
-                "kv_cache_dtype": self.kv_cache_dtype, "num_gpus": self.num_gpus, "label": self.label}
-
 
 @dataclass(frozen=True)
-class FitOption:
+class FitOption(_Json):
     """A configuration that meets the target, at the smallest value of the memory knob."""
 
     candidate: Candidate
@@ -125,22 +163,18 @@ class FitOption:
     estimated: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 
+    _KEYS = ("candidate", "knob", "fraction", "engine_default", "fraction_max", "kv_cache_tokens",
+             "kv_cache_tokens_max", "max_running_requests", "concurrency", "headroom", "tokens_per_step",
+             "flags", "command", "plan_command", "estimated", "warnings")
+    _LOAD = {"candidate": Candidate.from_dict, "flags": dict, "estimated": tuple, "warnings": tuple}
+
     @property
     def above_default(self) -> bool:
         return self.engine_default is not None and self.fraction > self.engine_default + 1e-9
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"candidate": self.candidate.to_dict(), "knob": self.knob, "fraction": self.fraction,
-                "engine_default": self.engine_default,
-                "fraction_max": self.fraction_max, "kv_cache_tokens": self.kv_cache_tokens,
-                "kv_cache_tokens_max": self.kv_cache_tokens_max, "max_running_requests": self.max_running_requests,
-                "concurrency": self.concurrency, "headroom": self.headroom, "tokens_per_step": self.tokens_per_step,
-                "flags": dict(self.flags), "command": self.command, "plan_command": self.plan_command,
-                "estimated": list(self.estimated), "warnings": list(self.warnings)}
-
 
 @dataclass(frozen=True)
-class Rejection:
+class Rejection(_Json):
     """A candidate that cannot meet the target, with the one-line reason."""
 
     candidate: Candidate
@@ -149,29 +183,27 @@ class Rejection:
     fraction: float | None = None  # the knob value that best capacity was measured at
     kv_cache_tokens: int | None = None
 
+    _KEYS = ("candidate", "reason", "capacity_ratio", "fraction", "kv_cache_tokens")
+    _LOAD = {"candidate": Candidate.from_dict}
+
     def line(self) -> str:
         return f"{self.candidate.label}: {self.reason}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"candidate": self.candidate.to_dict(), "reason": self.reason, "capacity_ratio": self.capacity_ratio,
-                "fraction": self.fraction, "kv_cache_tokens": self.kv_cache_tokens}
-
 
 @dataclass(frozen=True)
-class Shortfall:
+class Shortfall(_Json):
     """Why nothing fits, the closest option, and what would make it fit."""
 
-    closest: Rejection | None
-    needs_more_kv: float | None  # target / best capacity
-    suggestions: tuple[str, ...]
+    closest: Rejection | None = None
+    needs_more_kv: float | None = None  # target / best capacity
+    suggestions: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"closest": self.closest.to_dict() if self.closest else None, "needs_more_kv": self.needs_more_kv,
-                "suggestions": list(self.suggestions)}
+    _KEYS = ("closest", "needs_more_kv", "suggestions")
+    _LOAD = {"closest": Rejection.from_dict, "suggestions": tuple}
 
 
 @dataclass(frozen=True)
-class FitResult:
+class FitResult(_Json):
     engine: str
     engine_version: str
     model: str
@@ -180,10 +212,15 @@ class FitResult:
     context_tokens: int
     concurrency: int
     step: float
-    options: tuple[FitOption, ...]
-    rejected: tuple[Rejection, ...]
+    options: tuple[FitOption, ...] = ()
+    rejected: tuple[Rejection, ...] = ()
     shortfall: Shortfall | None = None
     plan_calls: int = 0
+
+    _KEYS = ("engine", "engine_version", "model", "gpu", "gpus", "context_tokens", "concurrency",
+             "target_tokens", "step", "fits", "options", "rejected", "shortfall", "plan_calls")
+    _LOAD = {"gpus": int, "context_tokens": int, "concurrency": int, "step": float, "plan_calls": int,
+             "options": _many(FitOption), "rejected": _many(Rejection), "shortfall": Shortfall.from_dict}
 
     @property
     def target_tokens(self) -> int:
@@ -197,42 +234,10 @@ class FitResult:
     def best(self) -> FitOption | None:
         return self.options[0] if self.options else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"engine": self.engine, "engine_version": self.engine_version, "model": self.model, "gpu": self.gpu,
-                "gpus": self.gpus, "context_tokens": self.context_tokens, "concurrency": self.concurrency,
-                "target_tokens": self.target_tokens, "step": self.step, "fits": self.fits,
-                "options": [o.to_dict() for o in self.options], "rejected": [r.to_dict() for r in self.rejected],
-                "shortfall": self.shortfall.to_dict() if self.shortfall else None, "plan_calls": self.plan_calls}
-
-
-def _candidate_from_dict(d: Mapping[str, Any]) -> Candidate:
-    return Candidate(d["engine"], int(d["tp"]), int(d.get("pp", 1)), int(d.get("dp", 1)), bool(d.get("dp_attention")),
-                     d.get("kv_cache_dtype", "auto"))
-
-
-def _rejection_from_dict(d: Mapping[str, Any]) -> Rejection:
-    return Rejection(_candidate_from_dict(d["candidate"]), d["reason"], d.get("capacity_ratio"), d.get("fraction"),
-                     d.get("kv_cache_tokens"))
-
 
 def fit_result_from_dict(d: Mapping[str, Any]) -> FitResult:
     """Inverse of ``FitResult.to_dict`` (``kvscope fit --json`` output back into objects)."""
-    opts = tuple(FitOption(
-        candidate=_candidate_from_dict(o["candidate"]), knob=o["knob"], fraction=o["fraction"],
-        fraction_max=o["fraction_max"], kv_cache_tokens=o["kv_cache_tokens"], kv_cache_tokens_max=o["kv_cache_tokens_max"],
-        max_running_requests=o.get("max_running_requests"), concurrency=o["concurrency"], headroom=o["headroom"],
-        tokens_per_step=o.get("tokens_per_step"), flags=dict(o["flags"]), command=o["command"],
-        plan_command=o["plan_command"], engine_default=o.get("engine_default"),
-        estimated=tuple(o.get("estimated", ())), warnings=tuple(o.get("warnings", ())),
-    ) for o in d.get("options", ()))
-    sf = d.get("shortfall")
-    shortfall = None if sf is None else Shortfall(
-        _rejection_from_dict(sf["closest"]) if sf.get("closest") else None, sf.get("needs_more_kv"),
-        tuple(sf.get("suggestions", ())))
-    return FitResult(d["engine"], d["engine_version"], d["model"], d["gpu"], int(d["gpus"]), int(d["context_tokens"]),
-                     int(d["concurrency"]), float(d["step"]), opts,
-                     tuple(_rejection_from_dict(r) for r in d.get("rejected", ())), shortfall,
-                     int(d.get("plan_calls", 0)))
+    return FitResult.from_dict(d)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,13 +316,39 @@ class FitRequest:
     dp: int | None = None  # data-parallel replicas; None: search (1 with PP > 1)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     measured: Measured | None = None  # SGLang measured free memory; needs tp and pp fixed
-    exact_weights: Callable[[int], int] | None = None  # tp -> exact weights per rank (SGLang, pp 1)
+    # tp -> exact weights per rank (SGLang, pp 1). None: read from the safetensors headers when
+    # ``model_ref`` is a checkpoint directory (as ``kvscope plan`` does), else the estimate.
+    exact_weights: Callable[[int], int] | None = None
     step: float = 0.01
     model_ref: str | None = None  # what the user typed (for the command lines)
     gpu_ref: str | None = None  # None with gpu_memory_mib: a custom GPU
     gpu_memory_mib: int | None = None
     allow_dp_attention: bool = True  # SGLang, MLA models
     allow_dp_replicas: bool = True
+
+
+def fit_request(model: str, gpu: str | None = None, *, context: int, concurrency: int, gpus: int = 8,
+                engine: str = "sglang", engine_version: str | None = None, gpu_memory_mib: int | None = None,
+                kv_cache_dtype: str | None = None, tp: int | None = None, pp: int | None = None,
+                dp: int | None = None, fixed: Mapping[str, Any] | None = None,
+                pre_load_free_gib: Sequence[float] | None = None,
+                post_load_free_gib: Sequence[float] | None = None, step: float = 0.01,
+                allow_dp_attention: bool = True) -> FitRequest:
+    """A ``FitRequest`` from a model reference (bundled id, config.json or checkpoint directory) and a
+    GPU name, as ``kvscope fit`` builds it. Measured free memory is in GiB as the log prints it (one
+    value or one per rank); ``fixed`` holds SGLangArgs / VllmFlags fields (see *_SETTABLE)."""
+    spec, _ = load_spec(model)
+    g = get_gpu(gpu, gpu_memory_mib)
+    measured = None
+    if pre_load_free_gib or post_load_free_gib:
+        measured = Measured(
+            pre_load_free_bytes=tuple(gib_to_bytes(x) for x in pre_load_free_gib) if pre_load_free_gib else None,
+            post_load_free_bytes=tuple(gib_to_bytes(x) for x in post_load_free_gib) if post_load_free_gib else None)
+    return FitRequest(
+        spec=spec, gpu=g, gpus=gpus, context_tokens=context, concurrency=concurrency, engine=engine,
+        version=engine_version, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp, fixed=dict(fixed or {}),
+        measured=measured, step=step, model_ref=model, gpu_ref=gpu, gpu_memory_mib=gpu_memory_mib,
+        allow_dp_attention=allow_dp_attention)
 
 
 def validate_request(r: FitRequest) -> str:
@@ -349,7 +380,7 @@ def validate_request(r: FitRequest) -> str:
         raise FlagError("measured free memory belongs to one layout", field="--pre-load-free-gib",
                         fix="pass --tp and --pp with it (SGLang only)")
     if r.kv_cache_dtype is not None:
-        known = sgl_mem.KV_DTYPES if r.engine == "sglang" else KV_CACHE_DTYPES
+        known = sgl_kv_cache.KV_DTYPES if r.engine == "sglang" else KV_CACHE_DTYPES
         if r.kv_cache_dtype.lower() not in known:
             raise FlagError(f"unknown --kv-cache-dtype {r.kv_cache_dtype!r} for {r.engine}", field="--kv-cache-dtype",
                             fix=f"use one of {', '.join(known)}")
@@ -382,7 +413,7 @@ def candidates(r: FitRequest, gpus: int | None = None) -> list[Candidate]:
     if r.kv_cache_dtype is not None:
         dtypes = [r.kv_cache_dtype]
     else:
-        auto_bytes = (sgl_mem.kv_cache_dtype(r.spec, "auto")[1] if r.engine == "sglang"
+        auto_bytes = (sgl_kv_cache.kv_cache_dtype(r.spec, "auto")[1] if r.engine == "sglang"
                       else vllm_mem.kv_dtype_bytes(r.spec, "auto"))
         dtypes = ["auto"] if auto_bytes <= 1 else ["auto", FP8[r.engine]]
     dp_attn = (r.engine == "sglang" and r.allow_dp_attention and r.spec.is_mla and r.pp in (None, 1)
@@ -426,48 +457,6 @@ def _fmt_fraction(x: float, step: float) -> float:
     return y if abs(y - x) < 1e-9 else round(x, 6)
 
 
-# ----------------------------------------------------------------------------------------------
-# SGLang
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self.calls = 0
-
-
-def _sglang_running_flag(c: Candidate, r: FitRequest) -> int:
-    """``--max-running-requests``: SGLang divides it by the DP-attention size (``max_num_reqs``,
-    kv_cache_configurator.py @ v0.5.23), so round up to a multiple; each plain-DP replica reads it whole."""
-    per = c.requests_per_engine(r.concurrency)
-    return per * c.dp if c.dp_attention else per
-
-
-def _sglang_flags(c: Candidate, r: FitRequest, frac: float) -> dict[str, Any]:
-    """``sglang.launch_server`` flags. Full names (``--tp-size``): 0.5.14+ builds the parser from field
-    names, so the abbreviation ``--tp`` is not guaranteed. DP-attention: ``--attn-dp-size N`` from 0.5.23
-    (``--enable-dp-attention`` is deprecated there, server_args.py @ v0.5.23), ``--dp-size N
-    --enable-dp-attention`` before."""
-    f: dict[str, Any] = {"--tp-size": c.tp}
-    if c.pp > 1:
-        f["--pp-size"] = c.pp
-    if c.dp > 1:
-        if c.dp_attention and at_least(sglang_version(r.version), "0.5.23"):
-            f["--attn-dp-size"] = c.dp
-        else:
-            f["--dp-size"] = c.dp
-            if c.dp_attention:
-                f["--enable-dp-attention"] = True
-    f["--mem-fraction-static"] = frac
-    f["--context-length"] = r.context_tokens
-    f["--max-running-requests"] = _sglang_running_flag(c, r)
-    if c.kv_cache_dtype != "auto":
-        f["--kv-cache-dtype"] = c.kv_cache_dtype
-    for k, v in r.fixed.items():
-        if k != "mem_fraction_static":
-            f[SGLANG_SETTABLE[k]] = v
-    return f
-
-
 def _gib_arg(b: int) -> str:
     """Shortest GiB text that ``gib_to_bytes`` turns back into exactly ``b`` bytes."""
     for digits in range(1, 17):
@@ -503,228 +492,356 @@ def _plan_cli(r: FitRequest, flags: Mapping[str, Any], engine: str) -> str:
     return f"{base} {_render_flags(plan_flags)}"
 
 
-def _headroom(t: Timeline) -> int:
-    return min(rk.decision.get("runtime_headroom_bytes_estimated") or 0 for rk in t.ranks)
+# ----------------------------------------------------------------------------------------------
+# The memory knob, one per engine, and the one search over it
 
 
-def _eval_sglang(r: FitRequest, c: Candidate, counter: _Counter) -> FitOption | Rejection:
-    step = r.step
-    per_engine = c.requests_per_engine(r.concurrency)
-    need = r.context_tokens * per_engine
-    base = SGLangArgs(**{k: v for k, v in r.fixed.items() if k != "mem_fraction_static"})
-    base = replace(base, tp_size=c.tp, pp_size=c.pp, dp_size=c.dp, enable_dp_attention=c.dp_attention,
-                   kv_cache_dtype=c.kv_cache_dtype, context_length=r.context_tokens,
-                   max_running_requests=_sglang_running_flag(c, r))
-    exact = r.exact_weights(c.tp) if (r.exact_weights is not None and c.pp == 1 and not c.dp_attention) else None
-    cache: dict[int | None, Timeline] = {}
+class _Counter:
+    def __init__(self) -> None:
+        self.calls = 0
 
-    def plan_at(k: int | None) -> Timeline:
-        t = cache.get(k)
+
+class _Knob(abc.ABC):
+    """One engine's memory knob for one candidate: the grid, the plan at a grid point (memoised),
+    the target check, the upper-end check, the first guesses, and the option / rejection it gives.
+
+    ``_eval`` runs the same search for every engine: plan at ``first_key()`` (None: the engine's
+    default); the smallest grid point that ``meets`` the target (False...True in k; gallop from
+    ``guess_min``); unless ``hopeless``, the largest that is ``upper_ok`` (True...False in k; gallop
+    from ``guess_max``), kept if ``usable_max``; an option when the first is at or below the second
+    (its flags from ``flags``, its engine figures from ``figures``), else ``reject``'s reason."""
+
+    engine: ClassVar[str]
+    fixed_key: ClassVar[str]  # the ``--set`` field that fixes the knob
+    launcher: ClassVar[str]  # the launch command before the model
+
+    def __init__(self, r: FitRequest, c: Candidate, counter: _Counter) -> None:
+        self.r, self.c, self.counter = r, c, counter
+        self.flag = KNOB[self.engine]
+        self.per_engine = c.requests_per_engine(r.concurrency)
+        self.fixed = r.fixed.get(self.fixed_key)
+        self.step = r.step
+        if self.fixed is not None:
+            self.lo = self.hi = max(1, round(self.fixed / self.step))
+            self.step = self.fixed / self.lo  # a fixed value off the grid is used exactly
+        else:
+            self.lo, self.hi = 1, self._top(r.step)
+        self._plans: dict[int | None, Timeline] = {}
+
+    def plan(self, k: int | None) -> Timeline:
+        """The plan at grid point ``k`` (None: the engine's default value)."""
+        t = self._plans.get(k)
         if t is None:
-            counter.calls += 1
-            frac = None if k is None else round(k * step, 6)
-            t = plan_sglang(r.spec, r.gpu, replace(base, mem_fraction_static=frac), r.version, r.measured, None, exact)
-            cache[k] = t
+            self.counter.calls += 1
+            t = self._plan(None if k is None else round(k * self.step, 6))
+            self._plans[k] = t
         return t
 
-    fixed = r.fixed.get("mem_fraction_static")
-    if fixed is not None:
-        lo = hi = max(1, round(fixed / step))
-        step = fixed / lo  # a fixed fraction off the grid is used exactly
-    else:
-        lo, hi = 1, int(round(1 / step)) - 1
+    def value(self, k: int) -> float:
+        return _fmt_fraction(k * self.step, self.step)
+
+    def hopeless(self, k_min: int | None) -> bool:
+        return False
+
+    def usable_max(self, k_max: int | None) -> int | None:
+        return k_max
+
+    def option(self, first: Timeline, k_min: int, k_max: int) -> FitOption:
+        t, tm = self.plan(k_min), self.plan(k_max)
+        value = self.value(k_min)
+        flags = self.flags(value)
+        model = shlex.quote(self.r.model_ref or self.r.spec.name)
+        return FitOption(
+            candidate=self.c, knob=self.flag, fraction=value, fraction_max=self.value(k_max),
+            max_running_requests=t.max_running_requests, flags=flags,
+            command=f"{self.launcher} {model} {_render_flags(flags)}",
+            plan_command=_plan_cli(self.r, flags, self.engine), warnings=tuple(t.warnings),
+            **self.figures(first, t, tm))
+
+    @abc.abstractmethod
+    def _top(self, step: float) -> int: ...  # the highest grid point when the knob is not fixed
+    @abc.abstractmethod
+    def _plan(self, value: float | None) -> Timeline: ...  # the engine simulation at that value
+    @abc.abstractmethod
+    def first_key(self) -> int | None: ...
+    @abc.abstractmethod
+    def flags(self, value: float) -> dict[str, Any]: ...
+    @abc.abstractmethod
+    def meets(self, k: int) -> bool: ...
+    @abc.abstractmethod
+    def upper_ok(self, k: int) -> bool: ...
+    @abc.abstractmethod
+    def guess_min(self, first: Timeline) -> int | None: ...
+    @abc.abstractmethod
+    def guess_max(self, first: Timeline, k_min: int | None) -> int | None: ...
+    @abc.abstractmethod
+    def figures(self, first: Timeline, t: Timeline, tm: Timeline) -> dict[str, Any]: ...
+    @abc.abstractmethod
+    def reject(self, first: Timeline, k_min: int | None, k_max: int | None) -> Rejection: ...
+
+
+def _eval(knob: _Knob) -> FitOption | Rejection:
+    """The search, the same for every engine (see ``_Knob``)."""
     try:
-        first = plan_at(None if fixed is None else lo)  # the engine's default fraction: also reported
+        first = knob.plan(knob.first_key())  # also gives the engine's default
     except KvscopeError as exc:
-        return Rejection(c, str(exc))
+        return Rejection(knob.c, str(exc))
+    lo, hi = knob.lo, knob.hi
+    k_min = _first_true(lo, hi, knob.meets, knob.guess_min(first))
+    if knob.hopeless(k_min):
+        return knob.reject(first, None, None)
+    k_max = knob.usable_max(_last_true(lo, hi, knob.upper_ok, knob.guess_max(first, k_min)))
+    if k_min is None or k_max is None or k_min > k_max or not knob.plan(k_min).starts:
+        return knob.reject(first, k_min, k_max)
+    return knob.option(first, k_min, k_max)
 
-    def meets(k: int) -> bool:
-        t = plan_at(k)
-        return bool(t.starts) and t.kv_cache_tokens >= need and (t.max_running_requests or 0) >= per_engine
 
-    def headroom_ok(k: int) -> bool:
-        t = plan_at(k)
+def _headroom(t: Timeline) -> int:
+    return min(rk.decision.runtime_headroom_bytes_estimated or 0 for rk in t.ranks)
+
+
+class _SGLangKnob(_Knob):
+    """``--mem-fraction-static``: the smallest fraction whose plan starts with the tokens and requests
+    wanted; upper end: the largest whose estimated runtime headroom is still >= 0."""
+
+    engine = "sglang"
+    fixed_key = "mem_fraction_static"
+    launcher = "python -m sglang.launch_server --model-path"
+
+    def __init__(self, r: FitRequest, c: Candidate, counter: _Counter) -> None:
+        super().__init__(r, c, counter)
+        self.need = r.context_tokens * self.per_engine
+        # --max-running-requests: SGLang divides it by the DP-attention size (``max_num_reqs``,
+        # kv_cache_configurator.py @ v0.5.23), so round up to a multiple; each plain-DP replica reads it whole.
+        self.running = self.per_engine * c.dp if c.dp_attention else self.per_engine
+        base = SGLangArgs(**{k: v for k, v in r.fixed.items() if k != self.fixed_key})
+        self.base = replace(base, tp_size=c.tp, pp_size=c.pp, dp_size=c.dp, enable_dp_attention=c.dp_attention,
+                            kv_cache_dtype=c.kv_cache_dtype, context_length=r.context_tokens,
+                            max_running_requests=self.running)
+        exact = r.exact_weights
+        self.exact = exact(c.tp) if (exact is not None and c.pp == 1 and not c.dp_attention) else None
+
+    def _top(self, step: float) -> int:
+        return int(round(1 / step)) - 1
+
+    def _plan(self, value: float | None) -> Timeline:
+        r = self.r
+        return plan_sglang(r.spec, r.gpu, replace(self.base, mem_fraction_static=value), r.version, r.measured,
+                           None, self.exact)
+
+    def first_key(self) -> int | None:
+        return None if self.fixed is None else self.lo
+
+    def flags(self, value: float) -> dict[str, Any]:
+        """``sglang.launch_server`` flags. Full names (``--tp-size``): 0.5.14+ builds the parser from
+        field names, so the abbreviation ``--tp`` is not guaranteed. DP-attention: ``--attn-dp-size N``
+        from 0.5.23 (``--enable-dp-attention`` is deprecated there, server_args.py @ v0.5.23),
+        ``--dp-size N --enable-dp-attention`` before."""
+        c, r = self.c, self.r
+        f: dict[str, Any] = {"--tp-size": c.tp}
+        if c.pp > 1:
+            f["--pp-size"] = c.pp
+        if c.dp > 1:
+            if c.dp_attention and sglang_release(r.version).attn_dp_size_flag:
+                f["--attn-dp-size"] = c.dp
+            else:
+                f["--dp-size"] = c.dp
+                if c.dp_attention:
+                    f["--enable-dp-attention"] = True
+        f["--mem-fraction-static"] = value
+        f["--context-length"] = r.context_tokens
+        f["--max-running-requests"] = self.running
+        if c.kv_cache_dtype != "auto":
+            f["--kv-cache-dtype"] = c.kv_cache_dtype
+        for k, v in r.fixed.items():
+            if k != self.fixed_key:
+                f[SGLANG_SETTABLE[k]] = v
+        return f
+
+    def meets(self, k: int) -> bool:
+        t = self.plan(k)
+        return bool(t.starts) and t.kv_cache_tokens >= self.need and (t.max_running_requests or 0) >= self.per_engine
+
+    def upper_ok(self, k: int) -> bool:
+        t = self.plan(k)
         return not t.starts or _headroom(t) >= 0  # below the start the constraint does not bind (monotone)
 
-    x = first.extra
-    pre_bytes = x.get("pre_model_load_bytes") or 0
-    guess = None
-    if pre_bytes and first.kv_cell_bytes:
-        d = first.ranks[0].decision
-        reserve = (d.get("mm_reservation_gib") or 0.0) + (d.get("mamba_state_gib") or 0.0)
+    def guess_min(self, first: Timeline) -> int | None:
+        x: SGLangPlanExtra = first.extra
+        pre_bytes = x.pre_model_load_bytes or 0
+        if not (pre_bytes and first.kv_cell_bytes):
+            return None
+        d: SGLangDecision = first.ranks[0].decision
+        reserve = (d.mm_reservation_gib or 0.0) + (d.mamba_state_gib or 0.0)
         f = sgl_mem.min_viable_fraction(pre_model_load_gib=pre_bytes / GiB,
-                                        available_gpu_gib=(x.get("available_gpu_bytes") or 0) / GiB,
-                                        reserve_gib=reserve, need_bytes=need * first.kv_cell_bytes)
-        guess = math.ceil(f / step - 1e-9) if math.isfinite(f) else None
-    k_min = _first_true(lo, hi, meets, guess)
-    if k_min is None and not plan_at(hi).starts:  # tokens grow with the fraction: nothing starts below
-        return _sglang_reject(r, c, need, per_engine, plan_at, None, None, step, hi)
-    k_ref = k_min if k_min is not None else hi
-    hr = _headroom(plan_at(k_ref))  # slack shrinks by pre x step per grid step
-    k_max_guess = k_ref + math.floor(hr / (pre_bytes * step)) if pre_bytes else None
-    k_max = _last_true(lo, hi, headroom_ok, k_max_guess)
-    if k_max is not None and not plan_at(k_max).starts:
-        k_max = None  # never starts with headroom >= 0
-    if k_min is None or k_max is None or k_min > k_max:
-        return _sglang_reject(r, c, need, per_engine, plan_at, k_min, k_max, step, hi)
-    t, tm = plan_at(k_min), plan_at(k_max)
-    frac = _fmt_fraction(k_min * step, step)
-    flags = _sglang_flags(c, r, frac)
-    default = None if fixed is not None else first.extra.get("mem_fraction_static")
-    return FitOption(
-        candidate=c, knob=KNOB["sglang"], fraction=frac, fraction_max=_fmt_fraction(k_max * step, step),
-        kv_cache_tokens=t.kv_cache_tokens, kv_cache_tokens_max=tm.kv_cache_tokens,
-        max_running_requests=t.max_running_requests,
-        concurrency=round(t.kv_cache_tokens * c.dp / r.context_tokens, 4),
-        headroom=round(tm.kv_cache_tokens / need, 4), tokens_per_step=t.extra.get("tokens_per_0_01_mem_fraction"),
-        flags=flags,
-        command=f"python -m sglang.launch_server --model-path {shlex.quote(r.model_ref or r.spec.name)} "
-                f"{_render_flags(flags)}",
-        plan_command=_plan_cli(r, flags, "sglang"),
-        engine_default=None if default is None else round(default, 4),
-        estimated=tuple(t.estimated) + ("runtime_headroom (fraction_max)",), warnings=tuple(t.warnings))
+                                        available_gpu_gib=(x.available_gpu_bytes or 0) / GiB,
+                                        reserve_gib=reserve, need_bytes=self.need * first.kv_cell_bytes)
+        return math.ceil(f / self.step - 1e-9) if math.isfinite(f) else None
 
+    def hopeless(self, k_min: int | None) -> bool:
+        return k_min is None and not self.plan(self.hi).starts  # tokens grow with the fraction
 
-def _sglang_reject(r: FitRequest, c: Candidate, need: int, per_engine: int, plan_at, k_min: int | None,
-                   k_max: int | None, step: float, top: int) -> Rejection:
-    est = " (est.)" if "weights" in plan_at(top).estimated else ""
-    per = " per DP worker" if c.dp_attention else " per replica" if c.dp > 1 else ""
-    if k_max is None:  # never starts with runtime headroom >= 0
-        t = plan_at(top)
-        w, pre = t.weights_bytes or 0, t.extra.get("pre_model_load_bytes") or 0
-        if not t.starts:
-            return Rejection(c, f"weights {w / GiB:.1f} GiB per rank leave no KV budget in the {pre / GiB:.1f} GiB "
-                                f"free after init{est} even at --mem-fraction-static {_fmt_fraction(top * step, step)}")
-        return Rejection(c, f"no --mem-fraction-static both starts and keeps runtime headroom >= 0 (est.): weights "
-                            f"{w / GiB:.1f} GiB per rank of {pre / GiB:.1f} GiB free{est}")
-    tm = plan_at(k_max)
-    ratio = round(tm.kv_cache_tokens / need, 4)
-    fmax = _fmt_fraction(k_max * step, step)
-    if k_min is None:
-        if tm.kv_cache_tokens >= need:  # the tokens suffice; the request limit does not
-            why = f"max_running_requests {tm.max_running_requests} < {per_engine}{per}"
-        else:
-            why = f"{tm.kv_cache_tokens:,} KV tokens < {need:,} needed{per} ({need / max(tm.kv_cache_tokens, 1):.2f}x short)"
-        return Rejection(c, f"at --mem-fraction-static {fmax} (highest with est. runtime headroom >= 0): {why}",
+    def guess_max(self, first: Timeline, k_min: int | None) -> int | None:
+        k_ref = k_min if k_min is not None else self.hi
+        hr = _headroom(self.plan(k_ref))  # slack shrinks by pre x step per grid step
+        pre_bytes = first.extra.pre_model_load_bytes or 0
+        return k_ref + math.floor(hr / (pre_bytes * self.step)) if pre_bytes else None
+
+    def usable_max(self, k_max: int | None) -> int | None:
+        return None if k_max is not None and not self.plan(k_max).starts else k_max  # never starts
+
+    def figures(self, first: Timeline, t: Timeline, tm: Timeline) -> dict[str, Any]:
+        default = None if self.fixed is not None else first.extra.mem_fraction_static
+        return dict(kv_cache_tokens=t.kv_cache_tokens, kv_cache_tokens_max=tm.kv_cache_tokens,
+                    concurrency=round(t.kv_cache_tokens * self.c.dp / self.r.context_tokens, 4),
+                    headroom=round(tm.kv_cache_tokens / self.need, 4),
+                    tokens_per_step=t.extra.tokens_per_0_01_mem_fraction,
+                    engine_default=None if default is None else round(default, 4),
+                    estimated=tuple(t.estimated) + ("runtime_headroom (fraction_max)",))
+
+    def reject(self, first: Timeline, k_min: int | None, k_max: int | None) -> Rejection:
+        c, need, top = self.c, self.need, self.hi
+        est = " (est.)" if "weights" in self.plan(top).estimated else ""
+        per = " per DP worker" if c.dp_attention else " per replica" if c.dp > 1 else ""
+        if k_max is None:  # never starts with runtime headroom >= 0
+            t = self.plan(top)
+            w, pre = t.weights_bytes or 0, t.extra.pre_model_load_bytes or 0
+            if not t.starts:
+                return Rejection(c, f"weights {w / GiB:.1f} GiB per rank leave no KV budget in the {pre / GiB:.1f} "
+                                    f"GiB free after init{est} even at --mem-fraction-static {self.value(top)}")
+            return Rejection(c, f"no --mem-fraction-static both starts and keeps runtime headroom >= 0 (est.): "
+                                f"weights {w / GiB:.1f} GiB per rank of {pre / GiB:.1f} GiB free{est}")
+        tm = self.plan(k_max)
+        ratio = round(tm.kv_cache_tokens / need, 4)
+        fmax = self.value(k_max)
+        if k_min is None:
+            if tm.kv_cache_tokens >= need:  # the tokens suffice; the request limit does not
+                why = f"max_running_requests {tm.max_running_requests} < {self.per_engine}{per}"
+            else:
+                why = (f"{tm.kv_cache_tokens:,} KV tokens < {need:,} needed{per} "
+                       f"({need / max(tm.kv_cache_tokens, 1):.2f}x short)")
+            return Rejection(c, f"at --mem-fraction-static {fmax} (highest with est. runtime headroom >= 0): {why}",
+                             ratio, fmax, tm.kv_cache_tokens)
+        return Rejection(c, f"needs --mem-fraction-static >= {self.value(k_min)} for {need:,} tokens{per}, but above "
+                            f"{fmax} the est. runtime headroom (CUDA graphs, activations) is negative",
                          ratio, fmax, tm.kv_cache_tokens)
-    fmin = _fmt_fraction(k_min * step, step)
-    return Rejection(c, f"needs --mem-fraction-static >= {fmin} for {need:,} tokens{per}, but above {fmax} the est. "
-                        f"runtime headroom (CUDA graphs, activations) is negative", ratio, fmax, tm.kv_cache_tokens)
-
-
-# ----------------------------------------------------------------------------------------------
-# vLLM
-
-
-def _vllm_flags(c: Candidate, r: FitRequest, util: float) -> dict[str, Any]:
-    f: dict[str, Any] = {"--tensor-parallel-size": c.tp}
-    if c.pp > 1:
-        f["--pipeline-parallel-size"] = c.pp
-    if c.dp > 1:
-        f["--data-parallel-size"] = c.dp
-    f["--gpu-memory-utilization"] = util
-    f["--max-model-len"] = r.context_tokens
-    f["--max-num-seqs"] = c.requests_per_engine(r.concurrency)
-    if c.kv_cache_dtype != "auto":
-        f["--kv-cache-dtype"] = c.kv_cache_dtype
-    for k, v in r.fixed.items():
-        if k == "gpu_memory_utilization":
-            continue
-        if k == "enable_prefix_caching" and v is False:
-            f["--no-enable-prefix-caching"] = True
-        else:
-            f[VLLM_SETTABLE[k]] = v
-    return f
 
 
 def _request_ok(t: Timeline) -> bool:
     """vLLM's ``request_memory`` check: free memory at startup >= total x utilization."""
-    d = t.ranks[0].decision
-    return d["initial_free_bytes"] >= d["requested_memory_bytes"]
+    d: VllmDecision = t.ranks[0].decision
+    return d.initial_free_bytes >= d.requested_memory_bytes
 
 
-def _eval_vllm(r: FitRequest, c: Candidate, counter: _Counter) -> FitOption | Rejection:
-    step = r.step
-    per_engine = c.requests_per_engine(r.concurrency)
-    base = VllmFlags(**{k: v for k, v in r.fixed.items() if k != "gpu_memory_utilization"})
-    base = replace(base, tensor_parallel_size=c.tp, pipeline_parallel_size=c.pp, data_parallel_size=c.dp,
-                   kv_cache_dtype=c.kv_cache_dtype, max_model_len=r.context_tokens, max_num_seqs=per_engine)
-    cache: dict[int, Timeline] = {}
+class _VllmKnob(_Knob):
+    """``--gpu-memory-utilization``: the smallest value whose plan starts with vLLM's own "Maximum
+    concurrency" >= the requests wanted; upper end: the largest value vLLM accepts (requested memory
+    <= free memory at startup). The first plan is at the engine's default value."""
 
-    def plan_at(k: int) -> Timeline:
-        t = cache.get(k)
-        if t is None:
-            counter.calls += 1
-            t = plan_vllm(r.spec, r.gpu, replace(base, gpu_memory_utilization=round(k * step, 6)), r.version)
-            cache[k] = t
-        return t
+    engine = "vllm"
+    fixed_key = "gpu_memory_utilization"
+    launcher = "vllm serve"
 
-    fixed = r.fixed.get("gpu_memory_utilization")
-    default_util = version_traits(r.version).default_gpu_memory_utilization
-    if fixed is not None:
-        lo = hi = max(1, round(fixed / step))
-        step = fixed / lo
-    else:
-        lo, hi = 1, int(math.floor(1 / step + 1e-9))
-    k0 = max(lo, min(hi, round(default_util / step)))
-    try:
-        t0 = plan_at(k0)
-    except KvscopeError as exc:
-        return Rejection(c, str(exc))
-    d0 = t0.ranks[0].decision
-    total = d0["requested_memory_bytes"] / (k0 * step)  # CUDA total, as the plan used it
-    k_max = _last_true(lo, hi, lambda k: _request_ok(plan_at(k)),
-                       int(d0["initial_free_bytes"] / total / step) if total else None)
+    def __init__(self, r: FitRequest, c: Candidate, counter: _Counter) -> None:
+        super().__init__(r, c, counter)
+        base = VllmFlags(**{k: v for k, v in r.fixed.items() if k != self.fixed_key})
+        self.base = replace(base, tensor_parallel_size=c.tp, pipeline_parallel_size=c.pp, data_parallel_size=c.dp,
+                            kv_cache_dtype=c.kv_cache_dtype, max_model_len=r.context_tokens,
+                            max_num_seqs=self.per_engine)
+        self.default = version_traits(r.version).default_gpu_memory_utilization
+        self.k0 = max(self.lo, min(self.hi, round(self.default / self.step)))
 
-    def meets(k: int) -> bool:
-        t = plan_at(k)
-        return (t.extra.get("max_concurrency") or 0) >= per_engine and (bool(t.starts) or not _request_ok(t))
+    def _top(self, step: float) -> int:
+        return int(math.floor(1 / step + 1e-9))
 
-    guess = None
-    per_req = d0.get("needed_memory_bytes") or 0
-    if total and per_req:  # available KV bytes grow by ``total`` per unit of utilization
-        need_bytes = per_req * per_engine + (t0.extra.get("bytes_per_block") or 0)
-        guess = k0 + math.ceil((need_bytes - (t0.extra.get("available_kv_cache_bytes") or 0)) / total / step)
-    k_min = _first_true(lo, hi, meets, guess)
-    if k_max is None:
-        return Rejection(c, f"even --gpu-memory-utilization {_fmt_fraction(lo * step, step)} requests more than the "
-                            f"{d0['initial_free_bytes'] / GiB:.1f} GiB free at startup (est.)")
-    if k_min is not None and k_min <= k_max and plan_at(k_min).starts:
-        t, tm = plan_at(k_min), plan_at(k_max)
-        util = _fmt_fraction(k_min * step, step)
-        flags = _vllm_flags(c, r, util)
-        return FitOption(
-            candidate=c, knob=KNOB["vllm"], fraction=util, fraction_max=_fmt_fraction(k_max * step, step),
-            kv_cache_tokens=t.kv_cache_tokens or 0, kv_cache_tokens_max=tm.kv_cache_tokens or 0,
-            max_running_requests=t.max_running_requests,
-            concurrency=round((t.extra.get("max_concurrency") or 0.0) * c.dp, 4),
-            headroom=round((tm.extra.get("max_concurrency") or 0) / per_engine, 4), tokens_per_step=None,
-            flags=flags, command=f"vllm serve {shlex.quote(r.model_ref or r.spec.name)} {_render_flags(flags)}",
-            plan_command=_plan_cli(r, flags, "vllm"), engine_default=None if fixed is not None else default_util,
-            estimated=tuple(t.estimated), warnings=tuple(t.warnings))
-    return _vllm_reject(r, c, per_engine, plan_at, k_min, k_max, step)
+    def _plan(self, value: float | None) -> Timeline:
+        return plan_vllm(self.r.spec, self.r.gpu, replace(self.base, gpu_memory_utilization=value), self.r.version)
+
+    def first_key(self) -> int:
+        return self.k0
+
+    def flags(self, value: float) -> dict[str, Any]:
+        """``vllm serve`` flags."""
+        c, r = self.c, self.r
+        f: dict[str, Any] = {"--tensor-parallel-size": c.tp}
+        if c.pp > 1:
+            f["--pipeline-parallel-size"] = c.pp
+        if c.dp > 1:
+            f["--data-parallel-size"] = c.dp
+        f["--gpu-memory-utilization"] = value
+        f["--max-model-len"] = r.context_tokens
+        f["--max-num-seqs"] = self.per_engine
+        if c.kv_cache_dtype != "auto":
+            f["--kv-cache-dtype"] = c.kv_cache_dtype
+        for k, v in r.fixed.items():
+            if k == self.fixed_key:
+                continue
+            if k == "enable_prefix_caching" and v is False:
+                f["--no-enable-prefix-caching"] = True
+            else:
+                f[VLLM_SETTABLE[k]] = v
+        return f
+
+    def _total(self, first: Timeline) -> float:
+        """CUDA total memory, as the plan used it (requested = total x utilization)."""
+        return first.ranks[0].decision.requested_memory_bytes / (self.k0 * self.step)
+
+    def meets(self, k: int) -> bool:
+        t = self.plan(k)
+        return ((t.extra.max_concurrency or 0) >= self.per_engine
+                and (bool(t.starts) or not _request_ok(t)))
+
+    def upper_ok(self, k: int) -> bool:
+        return _request_ok(self.plan(k))
+
+    def guess_min(self, first: Timeline) -> int | None:
+        total, per_req = self._total(first), first.ranks[0].decision.needed_memory_bytes or 0
+        if not (total and per_req):
+            return None
+        # available KV bytes grow by ``total`` per unit of utilization
+        x: VllmPlanExtra = first.extra
+        need_bytes = per_req * self.per_engine + (x.bytes_per_block or 0)
+        have = x.available_kv_cache_bytes or 0
+        return self.k0 + math.ceil((need_bytes - have) / total / self.step)
+
+    def guess_max(self, first: Timeline, k_min: int | None) -> int | None:
+        total = self._total(first)
+        return int(first.ranks[0].decision.initial_free_bytes / total / self.step) if total else None
+
+    def figures(self, first: Timeline, t: Timeline, tm: Timeline) -> dict[str, Any]:
+        return dict(kv_cache_tokens=t.kv_cache_tokens or 0, kv_cache_tokens_max=tm.kv_cache_tokens or 0,
+                    concurrency=round((t.extra.max_concurrency or 0.0) * self.c.dp, 4),
+                    headroom=round((tm.extra.max_concurrency or 0) / self.per_engine, 4),
+                    tokens_per_step=None, engine_default=None if self.fixed is not None else self.default,
+                    estimated=tuple(t.estimated))
+
+    def reject(self, first: Timeline, k_min: int | None, k_max: int | None) -> Rejection:
+        c, r, per_engine = self.c, self.r, self.per_engine
+        if k_max is None:
+            free = first.ranks[0].decision.initial_free_bytes
+            return Rejection(c, f"even --gpu-memory-utilization {self.value(self.lo)} requests more than the "
+                                f"{free / GiB:.1f} GiB free at startup (est.)")
+        tm = self.plan(k_max)
+        umax = self.value(k_max)
+        conc = tm.extra.max_concurrency or 0.0
+        ratio = round(conc / per_engine, 4)
+        est = " (est.)" if tm.estimated else ""
+        per = " per replica" if c.dp > 1 else ""
+        if (tm.extra.available_kv_cache_bytes or 0) <= 0:
+            req = tm.ranks[0].decision.requested_memory_bytes
+            return Rejection(c, f"weights {(tm.weights_bytes or 0) / GiB:.1f} GiB per rank + profile peaks exceed "
+                                f"{umax} x {req / (k_max * self.step) / GiB:.1f} GiB = {req / GiB:.1f} GiB, the most "
+                                f"vLLM accepts (free at startup{est})", ratio, umax, tm.kv_cache_tokens)
+        if k_min is None or k_min > k_max:
+            return Rejection(c, f"at --gpu-memory-utilization {umax} (all free memory{est}): concurrency {conc:.2f} "
+                                f"< {per_engine}{per} at --max-model-len {r.context_tokens} "
+                                f"({per_engine / max(conc, 1e-9):.2f}x short)", ratio, umax, tm.kv_cache_tokens)
+        t = self.plan(k_min)
+        return Rejection(c, f"does not start at --gpu-memory-utilization {self.value(k_min)}: "
+                            f"{(t.error or '').splitlines()[0][:160]}", ratio, umax, tm.kv_cache_tokens)
 
 
-def _vllm_reject(r: FitRequest, c: Candidate, per_engine: int, plan_at, k_min: int | None, k_max: int,
-                 step: float) -> Rejection:
-    tm = plan_at(k_max)
-    umax = _fmt_fraction(k_max * step, step)
-    conc = tm.extra.get("max_concurrency") or 0.0
-    ratio = round(conc / per_engine, 4)
-    est = " (est.)" if tm.estimated else ""
-    per = " per replica" if c.dp > 1 else ""
-    if (tm.extra.get("available_kv_cache_bytes") or 0) <= 0:
-        req = tm.ranks[0].decision["requested_memory_bytes"]
-        return Rejection(c, f"weights {(tm.weights_bytes or 0) / GiB:.1f} GiB per rank + profile peaks exceed "
-                            f"{umax} x {req / (k_max * step) / GiB:.1f} GiB = {req / GiB:.1f} GiB, the most vLLM "
-                            f"accepts (free at startup{est})", ratio, umax, tm.kv_cache_tokens)
-    if k_min is None or k_min > k_max:
-        return Rejection(c, f"at --gpu-memory-utilization {umax} (all free memory{est}): concurrency {conc:.2f} < "
-                            f"{per_engine}{per} at --max-model-len {r.context_tokens} "
-                            f"({per_engine / max(conc, 1e-9):.2f}x short)", ratio, umax, tm.kv_cache_tokens)
-    t = plan_at(k_min)
-    return Rejection(c, f"does not start at --gpu-memory-utilization {_fmt_fraction(k_min * step, step)}: "
-                        f"{(t.error or '').splitlines()[0][:160]}", ratio, umax, tm.kv_cache_tokens)
+_KNOBS: dict[str, type[_Knob]] = {"sglang": _SGLangKnob, "vllm": _VllmKnob}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -742,15 +859,15 @@ def _with_fp8_note(r: FitRequest, o: FitOption) -> FitOption:
 def _evaluate(r: FitRequest, cands: Sequence[Candidate], counter: _Counter) -> tuple[list[FitOption], list[Rejection]]:
     ok: list[FitOption] = []
     bad: list[Rejection] = []
-    ev = _eval_sglang if r.engine == "sglang" else _eval_vllm
+    knob = _KNOBS[r.engine]
     for c in cands:
         if c.pp > r.spec.num_hidden_layers:  # plan_vllm has no check (a stage without layers); SGLang raises
             res: FitOption | Rejection = Rejection(
                 c, f"pp_size {c.pp} exceeds num_hidden_layers {r.spec.num_hidden_layers}")
         else:
             try:
-                res = ev(r, c, counter)
-            except KvscopeError as exc:  # raised inside the search (the first plan call is caught in ev)
+                res = _eval(knob(r, c, counter))
+            except KvscopeError as exc:  # raised inside the search (the first plan call is caught in _eval)
                 res = Rejection(c, str(exc))
             except ArithmeticError as exc:  # a simulation bug must not hide the other candidates
                 res = Rejection(c, f"kvscope plan failed on this layout ({type(exc).__name__}: {exc}); "
@@ -799,8 +916,20 @@ def _shortfall(r: FitRequest, bad: list[Rejection], counter: _Counter) -> Shortf
     return Shortfall(closest, round(1 / ratio, 4) if ratio else None, tuple(tips))
 
 
+def _with_exact_weights(r: FitRequest) -> FitRequest:
+    """``r`` with ``exact_weights`` from the checkpoint's safetensors headers, when ``model_ref`` is a
+    checkpoint directory and the engine is SGLang (its plan takes exact weights); else ``r``."""
+    if r.exact_weights is not None or r.engine != "sglang" or not r.model_ref:
+        return r
+    if not os.path.isdir(os.path.expanduser(r.model_ref)):
+        return r
+    exact = exact_weights_per_rank_fn(load_model_source(r.model_ref), r.spec)
+    return r if exact is None else replace(r, exact_weights=exact)
+
+
 def fit(r: FitRequest) -> FitResult:
     """Search the candidates for ``r``; options ranked best first, every other candidate rejected with a reason."""
+    r = _with_exact_weights(r)
     version = validate_request(r)
     counter = _Counter()
     ok, bad = _evaluate(r, candidates(r), counter)
@@ -808,6 +937,12 @@ def fit(r: FitRequest) -> FitResult:
     return FitResult(engine=r.engine, engine_version=version, model=r.spec.name, gpu=r.gpu.key, gpus=r.gpus,
                      context_tokens=r.context_tokens, concurrency=r.concurrency, step=r.step, options=tuple(ok),
                      rejected=tuple(bad), shortfall=shortfall, plan_calls=counter.calls)
+
+
+def fit_model(model: str, gpu: str | None = None, **options: Any) -> FitResult:
+    """The library call ``kvscope.fit(model, gpu, context=..., concurrency=..., gpus=8, engine=...)``:
+    ``fit(fit_request(model, gpu, **options))``, what ``kvscope fit`` runs and renders."""
+    return fit(fit_request(model, gpu, **options))
 
 
 def parse_set(items: Sequence[str] | None) -> dict[str, Any]:
@@ -837,4 +972,7 @@ def parse_set(items: Sequence[str] | None) -> dict[str, Any]:
 
 
 __all__ = ["Candidate", "FitOption", "FitRequest", "FitResult", "Rejection", "Shortfall", "candidates", "fit",
-           "fit_result_from_dict", "parse_set", "validate_request"]
+           "fit_request", "fit_result_from_dict", "parse_set", "validate_request"]
+
+
+make_callable(__name__, fit_model)  # kvscope.fit(model, gpu, ...) is fit_model(...)

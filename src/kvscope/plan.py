@@ -1,33 +1,106 @@
-"""Use-case: plan an engine start from a model reference, a GPU and flags.
+"""Use-case: plan an engine start from a model reference, a GPU and the engine's own flag names.
 
-Library entry points (same objects the CLI renders):
-``plan_sglang`` (kvscope.engines.sglang.plan) and ``plan_vllm`` (kvscope.engines.vllm.plan).
+``plan(model, gpu, engine="sglang" | "vllm", **flags)`` is what ``kvscope plan`` runs and renders:
+the same model loading (bundled id, config.json or checkpoint directory, with exact weights from the
+safetensors headers), the same flag names as the engine's command line (``--tp-size`` → ``tp_size``,
+``--gpu-memory-utilization`` → ``gpu_memory_utilization``) and the same Timeline.
+
+Either engine accepts either spelling of the parallel sizes (``tp_size`` / ``tensor_parallel_size``,
+``pp_size`` / ``pipeline_parallel_size``, ``dp_size`` / ``data_parallel_size``). Measured inputs are
+given in GiB as the engine's log prints them (SGLang ``pre_load_free_gib`` / ``post_load_free_gib``,
+one value or one per rank; vLLM ``available_kv_cache_gib``, ``weights_gib``, ...).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Literal, Mapping, Sequence
+
+from ._callable import make_callable
 from .engines.sglang.args import SGLangArgs
 from .engines.sglang.plan import Measured, plan_sglang
+from .engines.vllm.args import flags_from_options as vllm_flags_from_options
+from .engines.vllm.plan import VllmMeasured, plan_vllm
+from .errors import FlagError
 from .hardware.gpus import get_gpu
-from .model.load import load_spec
+from .model.load import exact_weights_per_rank_fn, load_spec
 from .timeline import Timeline
 from .units import gib_to_bytes
 
-__all__ = ["plan", "plan_sglang", "Measured", "SGLangArgs"]
+__all__ = ["plan", "Engine", "SGLANG_MEASURED", "VLLM_MEASURED", "reconcile_parallel_sizes"]
+
+Engine = Literal["sglang", "vllm"]
+
+SGLANG_MEASURED = ("pre_load_free_gib", "post_load_free_gib")
+VLLM_MEASURED = tuple(f.name for f in dataclasses.fields(VllmMeasured) if f.name != "total_gib")
+
+# SGLang and vLLM spell the parallel sizes differently; kvscope accepts either spelling for either
+# engine (--tp 4 == --tensor-parallel-size 4).
+_PARALLEL_ALIASES = (("tp_size", "tensor_parallel_size", "--tp"), ("pp_size", "pipeline_parallel_size", "--pp"),
+                     ("dp_size", "data_parallel_size", "--dp"))
 
 
-def plan(model: str, gpu: str | None = None, *, engine: str = "sglang", engine_version: str | None = None,
-         gpu_memory_mib: int | None = None, pre_load_free_gib: list[float] | None = None,
-         post_load_free_gib: list[float] | None = None, draft_model: str | None = None, **flags) -> Timeline:
-    """Plan an SGLang start (``engine="sglang"``) with SGLang flag names as keyword arguments
-    (``tp_size``, ``mem_fraction_static``, ...). GiB figures are converted to bytes here."""
-    if engine != "sglang":
-        raise ValueError("plan(): use kvscope.engines.vllm.plan.plan_vllm for vLLM")
-    spec, _src = load_spec(model)
+def reconcile_parallel_sizes(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Both spellings of each parallel size, set to the one value given (1 when neither is)."""
+    out = dict(flags)
+    for short, long, flag in _PARALLEL_ALIASES:
+        a, b = out.get(short) or 1, out.get(long) or 1
+        if a != 1 and b != 1 and a != b:
+            raise FlagError(f"{flag} {a} and --{long.replace('_', '-')} {b} disagree", field=flag,
+                            fix="give the size once")
+        out[short] = out[long] = a if a != 1 else b
+    return out
+
+
+def _gib_per_rank(values: float | Sequence[float] | None) -> tuple[int, ...] | None:
+    if values is None:
+        return None
+    if isinstance(values, (int, float)):
+        values = [values]
+    return tuple(gib_to_bytes(x) for x in values) or None
+
+
+def _sglang(spec, src, gpu, version: str | None, flags: dict[str, Any]) -> Timeline:
+    measured = Measured(pre_load_free_bytes=_gib_per_rank(flags.pop("pre_load_free_gib", None)),
+                        post_load_free_bytes=_gib_per_rank(flags.pop("post_load_free_gib", None)))
+    for long in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        flags.pop(long)
+    known = {f.name for f in dataclasses.fields(SGLangArgs)}
+    unknown = sorted(set(flags) - known)
+    if unknown:
+        raise FlagError(f"not an SGLang flag kvscope models: {', '.join(unknown)}", field=unknown[0],
+                        fix=f"use ServerArgs names: {', '.join(sorted(known))}")
+    a = SGLangArgs(**flags)
+    draft = load_spec(a.speculative_draft_model_path)[0] if a.speculative_draft_model_path else None
+    exact_fn = exact_weights_per_rank_fn(src, spec)
+    exact = exact_fn(a.tp_size) if exact_fn is not None else None
+    return plan_sglang(spec, gpu, a, version, measured, draft, exact)
+
+
+def _vllm(spec, gpu, version: str | None, flags: dict[str, Any]) -> Timeline:
+    measured = VllmMeasured(**{k: flags.pop(k) for k in VLLM_MEASURED if k in flags})
+    for short in ("tp_size", "pp_size", "dp_size"):
+        flags.pop(short)
+    return plan_vllm(spec, gpu, vllm_flags_from_options(**flags), version, measured)
+
+
+def plan(model: str, gpu: str | None = None, *, engine: Engine = "sglang", engine_version: str | None = None,
+         gpu_memory_mib: int | None = None, **flags: Any) -> Timeline:
+    """Simulate one engine start. ``flags`` are the engine's own flag names in Python spelling.
+
+    >>> t = plan("moonshotai/Kimi-K2.5", "rtx-pro-6000", tp_size=8, mem_fraction_static=0.55,
+    ...          pre_load_free_gib=94, post_load_free_gib=21.7)
+    >>> t.starts, t.kv_cell_bytes
+    (False, 70272)
+    """
+    if engine not in ("sglang", "vllm"):
+        raise FlagError(f"unknown engine {engine!r}", field="engine", fix="use 'sglang' or 'vllm'")
+    spec, src = load_spec(model)
     g = get_gpu(gpu, gpu_memory_mib)
-    measured = Measured(
-        pre_load_free_bytes=tuple(gib_to_bytes(x) for x in pre_load_free_gib) if pre_load_free_gib else None,
-        post_load_free_bytes=tuple(gib_to_bytes(x) for x in post_load_free_gib) if post_load_free_gib else None,
-    )
-    draft = load_spec(draft_model)[0] if draft_model else None
-    return plan_sglang(spec, g, SGLangArgs(**flags), engine_version, measured, draft)
+    flags = reconcile_parallel_sizes(flags)
+    if engine == "vllm":
+        return _vllm(spec, g, engine_version, flags)
+    return _sglang(spec, src, g, engine_version, flags)
+
+
+make_callable(__name__, plan)  # kvscope.plan(...) is plan(...)

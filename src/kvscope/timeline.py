@@ -3,19 +3,22 @@
 Produced by ``plan`` (predicted), ``doctor`` (observed in logs) and ``probe`` (measured), so the
 three can be compared phase by phase. All figures are integer bytes; ``None`` means unknown.
 
-JSON contract (other tools read these keys; add keys, never rename):
-top level ``engine``, ``engine_version``, ``model``, ``gpu``, ``starts``, ``error``,
-``kv_cache_tokens``, ``max_running_requests``, ``kv_cell_bytes``, ``kv_cache_bytes``,
-``weights_bytes``, ``fix`` [{flag, value, why}], ``ranks`` [{rank, phases: [{name,
-free_bytes_before, free_bytes_after, estimated}], decision}], plus engine-specific keys in
-``extra`` (SGLang: ``mem_fraction_static``, ``mem_fraction_static_source``,
-``min_mem_fraction_static``; vLLM: ``num_gpu_blocks``, ``available_kv_cache_bytes``, ...).
+JSON contract (other tools read these keys; add keys, never rename): the same required top-level
+keys for both engines (the fields below), ``ranks`` [{rank, phases, decision}], and the engine's
+own figures (``extra``, a typed record such as ``SGLangPlanExtra``) as further top-level keys. The
+decision and extra records are frozen dataclasses whose field names are the JSON keys; the schema
+built from them ships as ``kvscope/data/output.schema.json`` (docs/json.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
+
+from .record import Loose, Record
+
+Source = Literal["plan", "log", "probe"]
+EngineName = Literal["sglang", "vllm"]
 
 # Phase names shared by every engine and every source (plan / doctor / probe).
 PHASE_INIT = "init"  # CUDA context, NCCL / custom all-reduce: free memory after it is the baseline
@@ -40,11 +43,11 @@ PHASE_ORDER = (
 class Phase:
     """One startup phase on one rank: device free memory before and after it."""
 
-    name: str
-    free_bytes_before: int | None
-    free_bytes_after: int | None
-    estimated: bool = False
-    note: str = ""
+    name: str  # one of PHASE_ORDER
+    free_bytes_before: int | None  # device free memory before the phase (bytes)
+    free_bytes_after: int | None  # device free memory after it (bytes)
+    estimated: bool = False  # whether these figures are estimates rather than measured or printed
+    note: str = ""  # what the phase did, in the engine's terms
 
     @property
     def used_bytes(self) -> int | None:
@@ -67,9 +70,9 @@ class Phase:
 class Fix:
     """A flag change that makes the engine start (or start better), with the reason."""
 
-    flag: str
-    value: Any
-    why: str
+    flag: str  # the engine flag, as on its command line
+    value: Any  # the value to pass
+    why: str  # the reason, with the figure it comes from
 
     def to_dict(self) -> dict[str, Any]:
         return {"flag": self.flag, "value": self.value, "why": self.why}
@@ -81,7 +84,7 @@ class RankTimeline:
 
     rank: int
     phases: tuple[Phase, ...]
-    decision: Mapping[str, Any] = field(default_factory=dict)
+    decision: Record = field(default_factory=Loose)  # the engine's typed decision record (SGLangDecision, ...)
 
     def phase(self, name: str) -> Phase | None:
         for p in self.phases:
@@ -93,7 +96,7 @@ class RankTimeline:
         return {
             "rank": self.rank,
             "phases": [p.to_dict() for p in self.phases],
-            "decision": dict(self.decision),
+            "decision": self.decision.to_dict(),
         }
 
 
@@ -101,22 +104,22 @@ class RankTimeline:
 class Timeline:
     """One engine start: what every rank did and what came of it."""
 
-    source: str  # "plan" | "log" | "probe"
-    engine: str  # "sglang" | "vllm"
-    engine_version: str | None
-    model: str | None
-    gpu: str | None
-    starts: bool | None
-    error: str | None
-    kv_cache_tokens: int | None
-    max_running_requests: int | None
-    kv_cell_bytes: int | None
-    kv_cache_bytes: int | None
-    weights_bytes: int | None
-    ranks: tuple[RankTimeline, ...] = ()
-    fix: tuple[Fix, ...] = ()
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
+    source: Source  # plan (predicted), log (doctor: printed), probe (measured in the engine)
+    engine: EngineName  # the serving engine
+    engine_version: str | None  # the release simulated or seen (None: not printed by the log)
+    model: str | None  # model id or path
+    gpu: str | None  # kvscope's GPU key (plan) or the device name
+    starts: bool | None  # whether the engine starts (None: the log ends before it says)
+    error: str | None  # the engine's own error text when it does not start
+    kv_cache_tokens: int | None  # KV pool size in tokens (SGLang max_total_num_tokens; vLLM GPU KV cache size)
+    max_running_requests: int | None  # concurrent requests the engine admits (vLLM: max_num_seqs)
+    kv_cell_bytes: int | None  # KV bytes per token per rank
+    kv_cache_bytes: int | None  # KV pool bytes per rank
+    weights_bytes: int | None  # weight bytes per rank (largest PP stage)
+    ranks: tuple[RankTimeline, ...] = ()  # one per GPU rank: phases and the decision record
+    fix: tuple[Fix, ...] = ()  # flag changes that make it start (or serve the context)
+    extra: Record = field(default_factory=Loose)  # engine/source figures, emitted as top-level JSON keys
+    warnings: tuple[str, ...] = ()  # what the engine would warn, and kvscope's assumptions
     estimated: tuple[str, ...] = ()  # names of top-level figures that are estimates
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,7 +137,7 @@ class Timeline:
             "kv_cache_bytes": self.kv_cache_bytes,
             "weights_bytes": self.weights_bytes,
         }
-        for k, v in self.extra.items():
+        for k, v in self.extra.to_dict().items():
             out.setdefault(k, v)
         out["fix"] = [f.to_dict() for f in self.fix]
         out["warnings"] = list(self.warnings)
@@ -163,7 +166,7 @@ def timeline_from_dict(d: Mapping[str, Any]) -> Timeline:
                 )
                 for p in r.get("phases", ())
             ),
-            decision=dict(r.get("decision", {})),
+            decision=Loose(dict(r.get("decision", {}))),
         )
         for i, r in enumerate(d.get("ranks", ()))
     )
@@ -182,7 +185,7 @@ def timeline_from_dict(d: Mapping[str, Any]) -> Timeline:
         weights_bytes=d.get("weights_bytes"),
         ranks=ranks,
         fix=tuple(Fix(f["flag"], f.get("value"), f.get("why", "")) for f in d.get("fix", ())),
-        extra={k: v for k, v in d.items() if k not in known},
+        extra=Loose({k: v for k, v in d.items() if k not in known}),
         warnings=tuple(d.get("warnings", ())),
         estimated=tuple(d.get("estimated", ())),
     )

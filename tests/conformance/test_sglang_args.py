@@ -19,6 +19,8 @@ from .conftest import count_cases, require_source
 from .sglang_engine import ArgsCase, SGLang
 from .wheels import sglang_params
 
+from kvscope.engines.sglang.release import release
+
 args_mod = pytest.importorskip("kvscope.engines.sglang.args")
 
 N_CASES = 1500
@@ -91,7 +93,7 @@ def test_default_memory_settings(version, multiplier):
     n = N_CASES * multiplier
     for rng in cases.rngs(seed=11, n=n):
         a, extra = gen_args(rng)
-        ours = args_mod.resolve_defaults(version, a, extra["gpu_mem_mib"], is_mla=extra["is_mla"],
+        ours = args_mod.resolve_defaults(release(version), a, extra["gpu_mem_mib"], is_mla=extra["is_mla"],
                                          is_multimodal=extra["is_multimodal"],
                                          vit_num_layers=extra["vit_num_layers"],
                                          vit_hidden_size=extra["vit_hidden_size"])

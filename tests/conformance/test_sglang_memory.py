@@ -19,7 +19,9 @@ from .sglang_engine import ProfileCase, SGLang, profile_members
 from .wheels import sglang_params
 
 memory = pytest.importorskip("kvscope.engines.sglang.memory")
-args_mod = pytest.importorskip("kvscope.engines.sglang.args")
+kv_cache = pytest.importorskip("kvscope.engines.sglang.kv_cache")
+pools = pytest.importorskip("kvscope.engines.sglang.pools")
+release_mod = pytest.importorskip("kvscope.engines.sglang.release")
 spec_mod = pytest.importorskip("kvscope.model.spec")
 
 N_CASES = 2000
@@ -64,14 +66,14 @@ def model_spec(c: ProfileCase):
 
 
 def kvscope_profile(version: str, c: ProfileCase):
-    v = args_mod.parse_version(version)
-    cell = memory.cell_size(model_spec(c), v, attn_tp=c.attn_tp_size, kv_bytes=c.kv_bytes).cell_bytes
-    prof, _ = memory.profile(v, pre_model_load_gib=c.pre_model_load_gib, available_gpu_gib=c.available_gib,
+    rel = release_mod.release(version)
+    cell = kv_cache.cell_size(model_spec(c), rel, attn_tp=c.attn_tp_size, kv_bytes=c.kv_bytes).cell_bytes
+    prof, _ = memory.profile(rel, pre_model_load_gib=c.pre_model_load_gib, available_gpu_gib=c.available_gib,
                              mem_fraction_static=c.mem_fraction_static, cell_bytes=cell)
     if prof.error is not None:
         return cell, None, prof.error
-    if args_mod.at_least(v, "0.5.12"):  # DefaultPoolConfigurator.calculate_pool_sizes (0.5.12+)
-        return cell, memory.round_to_page(prof.profiled_tokens, c.page_size), None
+    if rel.req_to_token_padding_row:  # DefaultPoolConfigurator.calculate_pool_sizes (0.5.12+)
+        return cell, pools.round_to_page(prof.profiled_tokens, c.page_size), None
     return cell, prof.profiled_tokens, None
 
 

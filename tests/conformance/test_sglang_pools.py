@@ -1,15 +1,15 @@
-"""kvscope.engines.sglang.memory around and after the profile vs SGLang's own code, per release.
+"""kvscope.engines.sglang (memory, mamba, kv_cache, pools) around and after the profile vs SGLang's own code, per release.
 
-* ``test_request_pools``: ``memory.request_pools`` (``max_num_reqs`` / ``max_running_requests``, the
+* ``test_request_pools``: ``pools.request_pools`` (``max_num_reqs`` / ``max_running_requests``, the
   ``req_to_token`` rows x row length x 4 B, the classic speculative headroom, the cap, page rounding,
   the mamba request cap, the RuntimeError texts).
-* ``test_mamba_carve``: ``memory.handle_max_mamba_cache``.
-* ``test_mamba_state_bytes``: ``memory.mamba_state_bytes_per_req`` on parsed Qwen3-Next / Nemotron-H
+* ``test_mamba_carve``: ``mamba.handle_max_mamba_cache``.
+* ``test_mamba_state_bytes``: ``mamba.mamba_state_bytes_per_req`` on parsed Qwen3-Next / Nemotron-H
   configs.
 * ``test_profile_mm_reservation_and_mamba``: ``memory.profile`` with ``mm_reservation_gib`` and the
   carve.
-* ``test_hybrid_swa_split``: ``memory.hybrid_swa_pools``.
-* ``test_cell_variants``: ``memory.cell_size`` for DSA, FP4, mxfp8 and drafts in the budget.
+* ``test_hybrid_swa_split``: ``pools.hybrid_swa_pools``.
+* ``test_cell_variants``: ``kv_cache.cell_size`` for DSA, FP4, mxfp8 and drafts in the budget.
 
 The engine side and its stand-ins are in ``sglang_engine_pools.py``; the per-release functions are
 listed in docs/conformance.md. The bar is 0 mismatches.
@@ -48,7 +48,10 @@ def _skip_not_adapted(column: str, version: str) -> None:
                     f"{column} layout (FULL-only release; see _NOT_ADAPTED)")
 
 memory = pytest.importorskip("kvscope.engines.sglang.memory")
-args_mod = pytest.importorskip("kvscope.engines.sglang.args")
+kv_cache = pytest.importorskip("kvscope.engines.sglang.kv_cache")
+mamba = pytest.importorskip("kvscope.engines.sglang.mamba")
+pools = pytest.importorskip("kvscope.engines.sglang.pools")
+release_mod = pytest.importorskip("kvscope.engines.sglang.release")
 spec_mod = pytest.importorskip("kvscope.model.spec")
 
 N_REQ = 1500
@@ -92,15 +95,19 @@ def gen_req(rng: random.Random, version: str) -> ReqCase:
     )
 
 
-def kvscope_req(version: str, c: ReqCase):
-    v = args_mod.parse_version(version)
-    p = memory.request_pools(
-        v, profiled_tokens=c.profiled_tokens, context_len=c.context_len, page_size=c.page_size,
-        max_total_tokens=c.max_total_tokens, max_running_requests=c.max_running_requests,
+def req_flags(c: ReqCase):
+    return pools.PoolFlags(
+        page_size=c.page_size, max_total_tokens=c.max_total_tokens, max_running_requests=c.max_running_requests,
         attn_dp_size=c.dp_size if c.enable_dp_attention else 1, speculative_algorithm=c.speculative_algorithm,
         num_steps=c.speculative_num_steps, topk=c.speculative_eagle_topk,
         num_draft_tokens=c.speculative_num_draft_tokens, mem_fraction_static=c.mem_fraction_static,
-        max_mamba_cache_size=c.max_mamba_cache_size, disable_radix_cache=c.disable_radix_cache)
+        disable_radix_cache=c.disable_radix_cache)
+
+
+def kvscope_req(version: str, c: ReqCase):
+    rel = release_mod.release(version)
+    p = pools.request_pools(rel, c.profiled_tokens, c.context_len, req_flags(c),
+                            max_mamba_cache_size=c.max_mamba_cache_size)
     if p.error is not None:
         return (None,) * 6 + (p.error,)
     return (p.max_total_num_tokens, p.req_pool_size, p.req_rows, p.req_row_len, p.req_to_token_bytes,
@@ -169,10 +176,10 @@ def _gen_pp(rng: random.Random) -> dict:
 
 
 def kvscope_mamba(version: str, c: MambaCase):
-    v = args_mod.parse_version(version)
-    per = memory.mamba_pp_stage_bytes(v, c.per_req_bytes, c.state_layer_ids, c.num_hidden_layers, c.pp_size)
-    r = memory.handle_max_mamba_cache(
-        v, c.rest_gib, per, ratio=c.mamba_full_memory_ratio, max_mamba_cache_size=c.max_mamba_cache_size,
+    rel = release_mod.release(version)
+    per = mamba.mamba_pp_stage_bytes(rel, c.per_req_bytes, c.state_layer_ids, c.num_hidden_layers, c.pp_size)
+    r = mamba.handle_max_mamba_cache(
+        rel, c.rest_gib, per, ratio=c.mamba_full_memory_ratio, max_mamba_cache_size=c.max_mamba_cache_size,
         disable_radix_cache=c.disable_radix_cache, max_running_requests=c.max_running_requests,
         attn_dp_size=c.dp_size if c.enable_dp_attention else 1,
         speculative_num_draft_tokens=c.speculative_num_draft_tokens if c.speculative_algorithm else None,
@@ -268,8 +275,8 @@ def test_mamba_state_bytes(version, multiplier):
             theirs = f"AssertionError: {exc}"
         spec = spec_mod.ModelSpec.from_hf_config(cfg)
         try:
-            ours = memory.mamba_state_bytes_per_req(spec, shape.tp_world_size)
-        except memory.MambaShapeError as exc:
+            ours = mamba.mamba_state_bytes_per_req(spec, shape.tp_world_size)
+        except mamba.MambaShapeError as exc:
             ours = f"AssertionError: {exc.engine_text}"
         if ours != theirs:
             bad.append((cfg, shape, ours, theirs))
@@ -298,19 +305,19 @@ def gen_profile_mm(rng: random.Random, version: str) -> ProfileMMCase:
 
 
 def kvscope_profile_mm(version: str, c: ProfileMMCase):
-    v = args_mod.parse_version(version)
+    rel = release_mod.release(version)
     m = c.mamba
-    mm = memory.mm_reservation_gib(v, c.is_multimodal, c.mm_feature_transport)
+    mm = memory.mm_reservation_gib(rel, c.is_multimodal, c.mm_feature_transport)
     kw = {}
     if m is not None:
-        per = memory.mamba_pp_stage_bytes(v, m.per_req_bytes, m.state_layer_ids, m.num_hidden_layers, m.pp_size)
+        per = mamba.mamba_pp_stage_bytes(rel, m.per_req_bytes, m.state_layer_ids, m.num_hidden_layers, m.pp_size)
         kw = dict(mamba_per_req_bytes=per, mamba_ratio=m.mamba_full_memory_ratio,
                   max_mamba_cache_size=m.max_mamba_cache_size, disable_radix_cache=m.disable_radix_cache,
                   max_running_requests=m.max_running_requests,
                   attn_dp_size=m.dp_size if m.enable_dp_attention else 1,
                   speculative_num_draft_tokens=m.speculative_num_draft_tokens if m.speculative_algorithm else None,
                   mamba_is_gdn=m.is_gdn)
-    prof, carve = memory.profile(v, pre_model_load_gib=c.pre_model_load_gib, available_gpu_gib=c.available_gib,
+    prof, carve = memory.profile(rel, pre_model_load_gib=c.pre_model_load_gib, available_gpu_gib=c.available_gib,
                                  mem_fraction_static=c.mem_fraction_static, cell_bytes=1, mm_reservation=mm, **kw)
     if prof.error is not None:
         return None, None, prof.error
@@ -405,23 +412,22 @@ def _mha_spec(c: SWACase, heads: int, head_dim: int, v_head_dim: int):
 
 
 def kvscope_swa(version: str, c: SWACase):
-    v = args_mod.parse_version(version)
-    full, _ = memory._per_layer_bytes(_mha_spec(c, c.total_num_kv_heads, c.head_dim, c.v_head_dim), v,
+    rel = release_mod.release(version)
+    full, _ = kv_cache.per_layer_bytes(_mha_spec(c, c.total_num_kv_heads, c.head_dim, c.v_head_dim), rel,
                                       c.attn_tp_size, c.kv_bytes, "auto")
-    swa, _ = memory._per_layer_bytes(_mha_spec(c, c.swa_num_kv_heads or c.total_num_kv_heads, c.swa_head_dim,
-                                               c.swa_v_head_dim), v, c.attn_tp_size, c.kv_bytes, "auto")
-    p = memory.hybrid_swa_pools(
-        v, available_bytes=c.available_bytes, full_layer_bytes=full, num_full_layers=c.layer_kinds.count("F"),
-        swa_layer_bytes=swa, num_swa_layers=c.layer_kinds.count("S"), page_size=c.page_size,
-        ratio=c.swa_full_tokens_ratio, max_total_tokens=c.max_total_tokens, sliding_window=c.sliding_window,
-        llama4_chunk_ratio=c.llama4_chunk / c.context_len if c.llama4_chunk else None,
-        mem_fraction_static=c.mem_fraction_static, disable_radix_cache=c.disable_radix_cache,
-        max_running_requests=c.max_running_requests, chunked_prefill_size=c.chunked_prefill_size,
+    swa, _ = kv_cache.per_layer_bytes(_mha_spec(c, c.swa_num_kv_heads or c.total_num_kv_heads, c.swa_head_dim,
+                                               c.swa_v_head_dim), rel, c.attn_tp_size, c.kv_bytes, "auto")
+    draft = (c.eagle_draft_num_layers or 0) if c.speculative_algorithm in ("EAGLE", "EAGLE3", "STANDALONE") else 0
+    layout = pools.SwaLayout(full, c.layer_kinds.count("F"), swa, c.layer_kinds.count("S"), draft_full_layers=draft)
+    flags = pools.PoolFlags(
+        page_size=c.page_size, max_total_tokens=c.max_total_tokens, max_running_requests=c.max_running_requests,
         attn_dp_size=c.dp_size if c.enable_dp_attention else 1, speculative_algorithm=c.speculative_algorithm,
         num_steps=c.speculative_num_steps, topk=c.speculative_eagle_topk,
-        num_draft_tokens=c.speculative_num_draft_tokens,
-        draft_full_layers=(c.eagle_draft_num_layers or 0) if c.speculative_algorithm in ("EAGLE", "EAGLE3",
-                                                                                         "STANDALONE") else 0)
+        num_draft_tokens=c.speculative_num_draft_tokens, mem_fraction_static=c.mem_fraction_static,
+        disable_radix_cache=c.disable_radix_cache, chunked_prefill_size=c.chunked_prefill_size)
+    p = pools.hybrid_swa_pools(rel, c.available_bytes, layout, flags, ratio=c.swa_full_tokens_ratio,
+                               sliding_window=c.sliding_window,
+                               llama4_chunk_ratio=c.llama4_chunk / c.context_len if c.llama4_chunk else None)
     if p.error is not None:
         return None, None, None, p.error
     return p.max_total_num_tokens, p.full_tokens, p.swa_tokens, None
@@ -495,7 +501,7 @@ def gen_cell(rng: random.Random, version: str) -> CellCase:
 
 
 def kvscope_cell(version: str, c: CellCase) -> int:
-    v = args_mod.parse_version(version)
+    rel = release_mod.release(version)
     mla = c.attention == "mla"
     spec = spec_mod.ModelSpec(
         name="generated", model_type="deepseek_v32" if mla else "llama",
@@ -509,8 +515,8 @@ def kvscope_cell(version: str, c: CellCase) -> int:
         index_head_dim=c.index_head_dim if c.dsa else None, index_topk=2048 if c.dsa else None)
     e = KV_DTYPES[c.kv_dtype].itemsize
     algo = (c.speculative_algorithm or "").upper()
-    in_budget = args_mod.at_least(v, "0.5.14") and algo in ("EAGLE", "EAGLE3", "STANDALONE")
-    return memory.cell_size(spec, v, attn_tp=c.attn_tp_size, kv_bytes=e, kv_flag=c.kv_cache_dtype_str,
+    in_budget = rel.draft_in_budget and algo in ("EAGLE", "EAGLE3", "STANDALONE")
+    return kv_cache.cell_size(spec, rel, attn_tp=c.attn_tp_size, kv_bytes=e, kv_flag=c.kv_cache_dtype_str,
                             draft_layers=c.draft_num_layers or 0, draft_in_budget=in_budget,
                             attention_backends=(c.prefill_backend, c.decode_backend), sm100=c.sm100).cell_bytes
 

@@ -1,5 +1,5 @@
 """vLLM >= 0.19 default KV block size and attention backend: the releases' own selection code
-(``vllm_engine_backend.py``) against ``args.default_block_size``.
+(``vllm_engine_backend.py``) against ``backend.default_block_size``.
 
 Cases: GPU capability x MHA / MLA / sparse MLA x head size x KV dtype x ``--block-size`` x heads
 per rank x sinks. Both the backend name and the block size must match; "no valid backend" must
@@ -12,7 +12,8 @@ from typing import List, Optional
 
 import pytest
 
-from kvscope.engines.vllm.args import default_block_size, mla_cache_dtype, version_traits
+from kvscope.engines.vllm.backend import default_block_size, mla_cache_dtype
+from kvscope.engines.vllm.release import version_traits
 from kvscope.errors import ConfigError
 
 from .conftest import count_cases, require_source
@@ -167,8 +168,8 @@ CLASSIC_16 = tuple(v for v in VLLM_ALL if (0, 12) <= vtuple(v) < (0, 18))
 def test_block_size_check_and_update_config_016(version: str) -> None:
     """0.16/0.17 still force the MLA block size in ``CudaPlatformBase.check_and_update_config``
     (Blackwell FlashInfer-MLA 64 unless 32 or a multiple of 64, CUTLASS-MLA 128, Hopper FlashMLA
-    64, sparse 64), run from the release against ``args.block_size_classic``."""
-    from kvscope.engines.vllm.args import block_size_classic
+    64, sparse 64), run from the release against ``backend.block_size_classic``."""
+    from kvscope.engines.vllm.backend import block_size_classic
 
     from .vllm_engine_backend import check_and_update_block_size
     require_source("vllm", version, backend_members(version))

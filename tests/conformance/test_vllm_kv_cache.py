@@ -47,7 +47,7 @@ from .vllm_engine_kv import KVCase, MambaCase, hybrid_alignment, hybrid_members,
 from .wheels import VLLM_ALL, VLLM_DEFAULT
 
 kvc = pytest.importorskip("kvscope.engines.vllm.kv_cache")
-args_mod = pytest.importorskip("kvscope.engines.vllm.args")
+release = pytest.importorskip("kvscope.engines.vllm.release")
 spec_mod = pytest.importorskip("kvscope.model.spec")
 errors = pytest.importorskip("kvscope.errors")
 
@@ -292,7 +292,7 @@ def _message(exc) -> str:
 
 
 def kvscope_side(c: KVCase, version: str) -> dict:
-    traits = args_mod.version_traits(version)
+    traits = release.version_traits(version)
     specs = kvc.layer_specs(model_spec(c), cache_layout(c))
     for j, kind in enumerate(c.draft_layers):  # extra_layer_specs (memory.model_kv)
         page = kvc.attention_page_size_bytes(c.block_size, max(1, c.draft_kv_heads // c.tp), c.draft_head_size,
@@ -463,7 +463,7 @@ def gen_hybrid(rng: random.Random, version: str) -> KVCase:
 
 
 def kvscope_hybrid(c: KVCase, version: str) -> Tuple[int, Optional[int], Optional[int]]:
-    traits = args_mod.version_traits(version)
+    traits = release.version_traits(version)
     spec = model_spec(c)
     attn_1 = kvc.attention_page_size_bytes(1, kvc.num_kv_heads_per_rank(spec, c.tp), c.head_size, c.dtype_bytes)
     mamba_page = kvc.mamba_page_size_bytes(spec, c.tp, c.mamba_dtype_bytes, c.num_speculative_blocks)

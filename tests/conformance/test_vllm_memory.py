@@ -9,7 +9,7 @@ and bounds, the env defaults that gate the CUDA-graph estimate.
 
 kvscope side: ``memory.requested_memory_bytes`` / ``request_memory_error`` /
 ``available_kv_cache_bytes`` and ``args.resolve_args`` / ``batch_defaults`` /
-``validate_gpu_memory_utilization`` / ``version_traits``.
+``validate_gpu_memory_utilization``, ``release.version_traits`` and ``max_len``.
 """
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ from .wheels import VLLM_ALL, VLLM_DEFAULT
 
 memory = pytest.importorskip("kvscope.engines.vllm.memory")
 args_mod = pytest.importorskip("kvscope.engines.vllm.args")
+release = pytest.importorskip("kvscope.engines.vllm.release")
+max_len_mod = pytest.importorskip("kvscope.engines.vllm.max_len")
 errors = pytest.importorskip("kvscope.errors")
 
 N_REQUEST = 3000
@@ -81,7 +83,7 @@ def gen_request(rng: random.Random):
 
 
 def traits(version):
-    return args_mod.version_traits(version)
+    return release.version_traits(version)
 
 
 @pytest.mark.parametrize("version", version_params())
@@ -358,7 +360,7 @@ def gen_rope(rng: random.Random, max_pos):
 
 def gen_hf_config(rng: random.Random, version: str) -> dict:
     cfg = {"model_type": rng.choice(["llama", "qwen2", "mistral", "gemma3", "gemma3_text", "phi3", "deepseek_v3"])}
-    keys = [k for k in args_mod.MAX_LEN_KEYS if k != "model_max_length"]
+    keys = [k for k in max_len_mod.MAX_LEN_KEYS if k != "model_max_length"]
     for k in rng.sample(keys, rng.choice([0, 1, 1, 1, 1, 2, 3])):
         cfg[k] = rng.choice(LENS + [rng.randint(1, 2_000_000)])
     if rng.random() < 0.15:
@@ -372,14 +374,14 @@ def gen_hf_config(rng: random.Random, version: str) -> dict:
     r = rng.random()
     if r < 0.5:
         cfg["rope_scaling"] = gen_rope(rng, cfg.get("max_position_embeddings"))
-    elif r < 0.6 and args_mod.version_traits(version).max_len_generation >= 19:
+    elif r < 0.6 and release.version_traits(version).max_len_rope_parameters:
         cfg["rope_parameters"] = {"full_attention": gen_rope(rng, cfg.get("max_position_embeddings")),
                                   "sliding_attention": {"rope_type": "default"}}
     return cfg
 
 
 def gen_user_len(rng: random.Random, cfg: dict, version: str):
-    t = args_mod.version_traits(version)
+    t = release.version_traits(version)
     base = cfg.get("max_position_embeddings") or cfg.get("model_max_length") or 4096
     choices = [None, None, base, base - 1, base + 1, base * 2, base * 4, base // 2, rng.randint(1, 4 * base),
                cfg.get("model_max_length") or base, rng.randint(1, 3_000_000)]
@@ -390,10 +392,10 @@ def gen_user_len(rng: random.Random, cfg: dict, version: str):
 
 
 def kvscope_max_len(cfg, user, version, allow_long):
-    t = args_mod.version_traits(version)
+    t = release.version_traits(version)
     try:
-        d = args_mod.derive_max_model_len(cfg, t)
-        return args_mod.verify_max_model_len(user, d, t, allow_long), None
+        d = max_len_mod.derive_max_model_len(cfg, t)
+        return max_len_mod.verify_max_model_len(user, d, t, allow_long), None
     except errors.FlagError as exc:
         return None, str(exc)
     except errors.ConfigError as exc:

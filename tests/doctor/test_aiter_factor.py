@@ -5,9 +5,15 @@ The doctor must read a KV size that implies flag x 0.85 as expected, and give fi
 from __future__ import annotations
 
 from kvscope.doctor import diagnose_text
-from kvscope.findings import aiter_fraction_factors
+from kvscope.doctor.sglang_rules import SglangFlags
+from kvscope.doctor.sglang_rules import aiter_fraction_factors as _factors
 
 GIB = 1 << 30
+
+
+def aiter_fraction_factors(flags: dict, sources: dict, context_len: int | None, version: str) -> tuple[float, ...]:
+    """The rule reads the flags typed once (``SglangFlags``); these cases give them as the log's dicts."""
+    return _factors(SglangFlags.build(flags, sources), context_len, version)
 
 
 def test_factors_by_backend_context_version_and_where_the_flag_was_read():
@@ -47,7 +53,7 @@ def test_kv_size_at_flag_times_085_is_expected_not_a_mismatch():
     assert "effective-fraction-mismatch" not in r.codes()
     f = next(f for f in r.findings if f.code == "effective-fraction")
     assert "0.9 × 0.85" in f.message
-    assert r.timeline.extra["mem_fraction_static_effective_expected"] == 0.765
+    assert r.timeline.extra.mem_fraction_static_effective_expected == 0.765
 
 
 def test_kv_size_at_the_plain_flag_is_now_the_mismatch():

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvscope.doctor import MAX_UNPARSED_SAMPLES, diagnose_stream
-from kvscope.engines.sglang.logs import MAX_EVENTS_PER_KIND, MAX_RANKS
+from kvscope.logs.grammar import MAX_EVENTS_PER_KIND, MAX_RANKS
 from kvscope.errors import LogFormatError
 
 from .conftest import DATA, load_cases

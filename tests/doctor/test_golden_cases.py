@@ -52,7 +52,7 @@ def test_sglang_qwen3_235b_kv_line_only(cases):
     r = diagnose_text(c["log_excerpt"])
     assert r.timeline.kv_cache_tokens == 367404
     assert r.timeline.kv_cache_bytes == gib_to_bytes(8.23 + 8.23)
-    assert r.timeline.extra["engine_version_range"] == "<0.5.14"  # KV line without "dtype:"
+    assert r.timeline.extra.engine_version_range == "<0.5.14"  # KV line without "dtype:"
     assert codes(r) == []
     # with the model and TP the case states, the KV size is recomputed exactly:
     # 94 layers × 1 KV head/rank × (128+128) × 2 B = 48,128 B/token; (367404+1) × 48128 B = 16.46 GiB
@@ -69,7 +69,7 @@ def test_sglang_qwq32b_l4_full_startup(cases):
     assert tl.kv_cache_tokens == 46611 and tl.max_running_requests == 2049
     assert tl.kv_cache_bytes == gib_to_bytes(1.42 + 1.42)
     assert tl.weights_bytes == gib_to_bytes(15.54)
-    assert tl.extra["engine_version_range"] == "<0.5.14,<0.5.3,<0.5.9"  # the doc says 0.4.3.post4
+    assert tl.extra.engine_version_range == "<0.5.14,<0.5.3,<0.5.9"  # the doc says 0.4.3.post4
     (rank,) = tl.ranks
     phases = {p.name: p for p in rank.phases}
     assert phases["init"].free_bytes_after == gib_to_bytes(21.63)
@@ -84,7 +84,7 @@ def test_sglang_qwq32b_l4_full_startup(cases):
     assert check(r, "TP0 decode CUDA graph mem usage").recomputed == 0.92  # printed 0.93: rounding of both ends
     assert check(r, "max_total_num_tokens").agrees
     # 1 − (6.09 − 2.84)/21.63 = 0.8497: SGLang's auto default 0.85 for this L4 TP4 setup
-    assert tl.extra["effective_mem_fraction_static"] == 0.8497
+    assert tl.extra.effective_mem_fraction_static == 0.8497
     assert codes(r) == ["cuda-graph-slack", "effective-fraction", "kv-pool-below-context"]
     below = next(f for f in r.findings if f.code == "kv-pool-below-context")
     assert "46,611 tokens but context_len is 131,072" in below.message
@@ -94,9 +94,9 @@ def test_sglang_dsr1_negative_profile(cases):
     r = diagnose_text(cases["sgl-dsr1-amd192gb-tp8-dp8-negative"]["log_excerpt"])
     tl = r.timeline
     assert tl.starts is False
-    assert tl.extra["engine_version_range"] == "<0.5.9"  # 0.4.8.post1
+    assert tl.extra.engine_version_range == "<0.5.9"  # 0.4.8.post1
     # baseline = avail after + mem usage = 21.73 + 166.59 = 188.32; minimum = 1 − 21.73/188.32
-    assert tl.extra["min_mem_fraction_static"] == 0.8846
+    assert tl.extra.min_mem_fraction_static == 0.8846
     assert [(f.flag, f.value) for f in tl.fix] == [("mem_fraction_static", 0.91)]
     assert codes(r) == ["kv-sizing-failed"]
     (f,) = r.findings
@@ -106,7 +106,7 @@ def test_sglang_dsr1_negative_profile(cases):
     r = diagnose_text(cases["sgl-dsr1-amd192gb-tp8-dp8-negative"]["log_excerpt"], model="deepseek-ai/DeepSeek-R1",
                       assume={"mem_fraction_static": 0.95, "tp_size": 8})
     assert r.timeline.kv_cell_bytes == 70272
-    assert r.timeline.extra["effective_mem_fraction_static"] == 0.6893
+    assert r.timeline.extra.effective_mem_fraction_static == 0.6893
     assert "-36.78 GiB of budget" in r.findings[0].message
 
 
@@ -115,11 +115,11 @@ def test_sglang_kimi_k25_mi355x(cases):
     tl = r.timeline
     assert tl.model == "moonshotai/Kimi-K2.5"  # from the `sglang serve` line
     assert tl.kv_cache_tokens == 2454421 and tl.kv_cache_bytes == gib_to_bytes(160.63)
-    assert tl.extra["engine_version_range"] == "<0.5.10,<0.5.14,>0.5.6"  # 0.5.8.post1
+    assert tl.extra.engine_version_range == "<0.5.10,<0.5.14,>0.5.6"  # 0.5.8.post1
     assert tl.kv_cell_bytes == 70272  # 61 × 576 × 2 B from the bundled config
     assert check(r, "KV size").recomputed == 160.63
     # the auto fraction was 0.8260405859375: 1 − (209.98 − 160.63)/283.56
-    assert tl.extra["effective_mem_fraction_static"] == 0.826
+    assert tl.extra.effective_mem_fraction_static == 0.826
     assert codes(r) == ["effective-fraction"]
 
 
@@ -129,12 +129,12 @@ def test_sglang_glm5_dsa_fp8_allocates_more_than_it_budgets(cases):
     the printed 186.77 GiB is 788/708 of the budget, which follows the 0.908 in the ServerArgs dump."""
     r = diagnose_text(cases["sgl-glm5-fp8-8xmi355x-kvfp8"]["log_excerpt"])
     tl = r.timeline
-    assert tl.extra["mem_fraction_static"] == 0.908 and tl.extra["mem_fraction_static_source"] == "server_args"
+    assert tl.extra.mem_fraction_static == 0.908 and tl.extra.mem_fraction_static_source == "server_args"
     assert r.flags["kv_cache_dtype"] == "fp8_e4m3" and r.flags["tp_size"] == 8
     assert tl.kv_cache_tokens == 3262823
     # 186.77 x 708/788 = 167.81 GiB budgeted; 1 − (193.92 − 167.81)/283.50 = 0.9079
-    assert tl.extra["dsa_fp8_budgeted_kv_gib"] == 167.81
-    assert tl.extra["effective_mem_fraction_static"] == 0.9079
+    assert tl.extra.dsa_fp8_budgeted_kv_gib == 167.81
+    assert tl.extra.effective_mem_fraction_static == 0.9079
     assert codes(r) == ["effective-fraction", "unparsed-lines"]
     f = next(f for f in r.findings if f.code == "effective-fraction")
     assert "656-byte fp8 row" in f.message and "18.96 GiB" in f.message
@@ -146,9 +146,9 @@ def test_vllm_v0_3090_fails_at_kv_sizing(cases):
     r = diagnose_text(cases["vllm-llama31-8b-3090-29k-fail"]["log_excerpt"])
     tl = r.timeline
     assert tl.engine == "vllm" and tl.starts is False
-    assert tl.extra["engine_version_range"] == "<0.11.0"
+    assert tl.extra.engine_version_range == "<0.11.0"
     assert tl.kv_cache_tokens == 1478 * 16 == 23648
-    assert tl.extra["num_gpu_blocks"] == 1478
+    assert tl.extra.num_gpu_blocks == 1478
     assert check(r, "worker KV cache size (V0)").recomputed == 2.89  # 23.58 × 0.90 − 17.98 − 0.35
     assert check(r, "KV tokens in the error").agrees
     assert check(r, "maximum concurrency").recomputed == 0.82
@@ -167,15 +167,15 @@ def test_vllm_019_sweep(cases, case_id, avail, non_kv, tokens, conc, util):
     tl = r.timeline
     assert tl.starts is True and tl.kv_cache_tokens == tokens
     assert tl.kv_cache_bytes == gib_to_bytes(avail)
-    assert tl.extra["max_concurrency"] == conc and tl.extra["gpu_memory_utilization"] == util
-    assert tl.extra["max_model_len"] == 8192
+    assert tl.extra.max_concurrency == conc and tl.extra.gpu_memory_utilization == util
+    assert tl.extra.max_model_len == 8192
     # 0.19: available = requested − non-KV; the CUDA graph estimate is not subtracted
     a = next(c for c in r.checks if c.name.endswith("available KV cache memory"))
     assert a.agrees and a.recomputed == avail and "not subtracted" in a.how
     assert next(c for c in r.checks if c.name.endswith("non-KV memory")).agrees
     (rank,) = tl.ranks
     assert rank.phase("init").free_bytes_after is not None
-    assert rank.decision["available_kv_cache_bytes"] == gib_to_bytes(avail)
+    assert rank.decision.available_kv_cache_bytes == gib_to_bytes(avail)
     expected = ["cuda-graph-not-reserved"] + (["kv-tokens-from-concurrency"] if "gptoss" in case_id else [])
     assert codes(r) == expected
 
@@ -193,8 +193,8 @@ def test_vllm_nvfp4_013(cases):
 def test_vllm_dsv4_merged_line(cases):
     r = diagnose_text(cases["vllm-dsv4-flash-rtxpro5000-tp4-mtp"]["log_excerpt"])
     tl = r.timeline
-    assert tl.extra["engine_version_range"] == ">=0.28.0"
-    assert tl.kv_cache_tokens == 63859 and tl.extra["max_model_len"] == 33792
+    assert tl.extra.engine_version_range == ">=0.28.0"
+    assert tl.kv_cache_tokens == 63859 and tl.extra.max_model_len == 33792
     assert check(r, "maximum concurrency").agrees  # int(1.89 × 33,792) ≈ 63,859
     assert codes(r) == ["kv-tokens-from-concurrency"]
 
@@ -206,7 +206,7 @@ def test_vllm_dsv4_merged_line(cases):
 def test_llmd_run_records(cases, case_id, tokens, blocks, non_kv):
     r = diagnose_text(cases[case_id]["log_excerpt"])
     assert r.timeline.engine == "vllm"
-    assert r.timeline.kv_cache_tokens == tokens and r.timeline.extra["num_gpu_blocks"] == blocks
+    assert r.timeline.kv_cache_tokens == tokens and r.timeline.extra.num_gpu_blocks == blocks
     assert check(r, "kv cache tokens (record)").agrees  # blocks × 16
     nk = check(r, "non-KV memory (record)")
     assert nk.agrees and nk.printed == non_kv

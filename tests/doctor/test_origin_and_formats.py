@@ -25,8 +25,8 @@ def test_origin_log_yields_the_effective_fraction_finding(origin_log):
     assert r.flags["mem_fraction_static"] == 0.55 and r.flag_sources["mem_fraction_static"] == "launch command"
     assert len(tl.ranks) == 8 and [rk.rank for rk in tl.ranks] == list(range(8))
     # 1 − (21.70 − 10.40)/94.00 = 0.8798
-    assert tl.extra["effective_mem_fraction_static"] == 0.8798
-    assert tl.extra["min_mem_fraction_static"] == 0.7691  # 1 − 21.7/94
+    assert tl.extra.effective_mem_fraction_static == 0.8798
+    assert tl.extra.min_mem_fraction_static == 0.7691  # 1 − 21.7/94
     f = next(f for f in r.findings if f.code == "effective-fraction-mismatch")
     assert f.severity == "error"
     assert f.message.startswith("10.40 GiB of KV at post-load 21.70 GiB and baseline 94.00 GiB implies "
@@ -42,7 +42,7 @@ def test_origin_with_kimi_model_recomputes_kv_size(origin_log):
     kv = next(c for c in r.checks if c.name == "KV size")
     assert kv.agrees and kv.recomputed == 10.40  # (158,909 + 1) × 70,272 B
     # tokens each +0.01 of fraction buys: 0.94 GiB / 70,272 B
-    assert r.timeline.extra["tokens_per_0.01_mem_fraction_static"] == 14363
+    assert r.timeline.extra.to_dict()["tokens_per_0.01_mem_fraction_static"] == 14363
 
 
 SGL_FAIL = """\
@@ -60,9 +60,9 @@ def test_sglang_failure_unbalanced_and_min_fraction():
     r = diagnose_text(SGL_FAIL)
     tl = r.timeline
     assert tl.starts is False and tl.engine_version is None
-    assert tl.extra["engine_version_range"] == ">0.5.9"  # no dtype= on Load weight end
+    assert tl.extra.engine_version_range == ">0.5.9"  # no dtype= on Load weight end
     # MIN over ranks: pre 60.10 (TP1), post 52.40 (TP1) -> 1 − 52.40/60.10
-    assert tl.extra["min_mem_fraction_static"] == 0.1281
+    assert tl.extra.min_mem_fraction_static == 0.1281
     assert r.codes()[:2] == ["kv-sizing-failed", "effective-fraction"] or "kv-sizing-failed" in r.codes()
     assert "unbalanced-ranks" in r.codes()
     unb = next(f for f in r.findings if f.code == "unbalanced-ranks")
@@ -93,8 +93,8 @@ def test_vllm_prefixes_colours_crlf_interleaved_workers():
     r = diagnose_text(VLLM_NOISY)
     tl = r.timeline
     assert tl.engine == "vllm"
-    assert [rk.decision["rank_label"] for rk in tl.ranks] == ["TP0", "TP1"]
-    assert tl.ranks[1].decision["available_kv_cache_bytes"] == gib_to_bytes(20.1)  # round(x, 2) prints "20.1"
+    assert [rk.decision.rank_label for rk in tl.ranks] == ["TP0", "TP1"]
+    assert tl.ranks[1].decision.available_kv_cache_bytes == gib_to_bytes(20.1)  # round(x, 2) prints "20.1"
     assert tl.kv_cache_tokens == 329296
     assert "unbalanced-ranks" in r.codes()
     assert r.stats.request_lines == 1 and r.stats.unparsed == 1

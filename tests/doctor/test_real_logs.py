@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvscope.cli import main
-from kvscope.commands.doctor import render_text
+from kvscope.report.doctor_text import render_doctor as render_text
 from kvscope.doctor import diagnose_path, diagnose_text
 from kvscope.units import gib_to_bytes
 
@@ -220,7 +220,7 @@ def test_figures_recovered_exactly(case_id):
         assert tl.max_running_requests == exp["mrr"]
     assert codes(r) == sorted(exp["codes"])
     if "version_range" in exp:
-        assert tl.extra.get("engine_version_range") == exp["version_range"]
+        assert tl.extra.engine_version_range == exp["version_range"]
     if "model" in exp:
         assert tl.model == exp["model"]
     for name, value in exp.get("checks", {}).items():
@@ -228,9 +228,9 @@ def test_figures_recovered_exactly(case_id):
         assert c.agrees, c
         assert c.recomputed == value
     for key, value in exp.get("extra", {}).items():
-        assert tl.extra.get(key) == value, key
+        assert tl.extra.to_dict().get(key) == value, key
     if "effective" in exp:
-        assert tl.extra["effective_mem_fraction_static"] == exp["effective"]
+        assert tl.extra.effective_mem_fraction_static == exp["effective"]
     if "error" in exp:
         assert exp["error"] in (tl.error or "")
     if "message" in exp:
@@ -252,7 +252,7 @@ def test_figures_recovered_exactly(case_id):
         assert phases(r, rank)["cuda_graph"][0] == gib(value)
     if "traceback_lines" in exp:
         assert r.stats.traceback_lines == exp["traceback_lines"] and r.stats.unparsed == 0
-    rank0 = tl.ranks[0].decision if tl.ranks else {}
+    rank0 = tl.ranks[0].decision.to_dict() if tl.ranks else {}
     for key, value in exp.get("decision", {}).items():
         assert rank0.get(key) == value
 
@@ -329,13 +329,13 @@ def test_grok2_npu_tp16_every_rank_is_read():
     # every rank: begin − end = the printed mem usage (TP14 loaded 35.51 GiB, the others 35.57)
     assert sum(c.name.endswith("weights mem usage") and c.agrees for c in r.checks) == 16
     assert r.stats.unparsed == 0 and r.stats.request_lines == 2
-    assert r.timeline.extra["pre_model_load_memory_bytes"] == gib(60.81)  # the MIN over ranks
+    assert r.timeline.extra.pre_model_load_memory_bytes == gib(60.81)  # the MIN over ranks
 
 
 def test_vllm_model_from_the_load_line_and_caret_colours():
     r = report_for("vllm-33155-gptoss120b-h100-0141-caret-ansi")
     assert r.flag_sources["model"] == "'Starting to load model' line"
-    assert r.stats.unparsed == 0 and r.timeline.ranks[0].decision["weights_bytes"] == gib(64.38)
+    assert r.stats.unparsed == 0 and r.timeline.ranks[0].decision.weights_bytes == gib(64.38)
 
 
 def test_vllm_out_of_order_paste_is_not_a_restart():
@@ -346,7 +346,7 @@ def test_vllm_out_of_order_paste_is_not_a_restart():
 
 def test_vllm_worker_rank_prefixes_and_startup_summary():
     r = report_for("vllm-17469-v085-qwen3-tp4-compose-rank")
-    assert [x.decision["rank_label"] for x in r.timeline.ranks] == ["rank0", "rank1", "rank2", "rank3"]
+    assert [x.decision.rank_label for x in r.timeline.ranks] == ["rank0", "rank1", "rank2", "rank3"]
     assert "  ranks 0-3 [rank0-3 identical]" in render_text(r)
     r = report_for("vllm-club3090-1087-2x5090-startup-summary")
     tp1 = phases(r, 1)
@@ -431,11 +431,11 @@ def test_plan_vllm_gpt_oss_120b_reproduces_the_error():
 def test_contradicting_formats_give_no_version_range():
     # a user's copy of a 0.5.2x line stripped of "elapsed=…, type=…" no longer dates the log as <0.5.9
     r = report_for("sglang-inferencex2128-dsv4pro-h200-no-kv-memory")
-    assert "engine_version_conflict" not in r.timeline.extra
+    assert "engine_version_conflict" not in r.timeline.extra.to_dict()
     text = (REAL / CASES["sglang-2468-mistral7b-2024-no-mem-usage"]["fixture"]).read_text(encoding="utf-8")
     mixed = text + "[2026-07-01 15:19:55 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 10, K size: 0.01 GB, V size: 0.01 GB\n"
     r = diagnose_text(mixed)  # a 2024 log with a 0.5.10+ line appended: no release prints both
-    assert "engine_version_range" not in r.timeline.extra and r.timeline.extra["engine_version_conflict"]
+    assert "engine_version_range" not in r.timeline.extra.to_dict() and r.timeline.extra.engine_version_conflict
     assert "the line formats disagree" in render_text(r)
 
 
@@ -482,7 +482,7 @@ def test_vllm_capacity_through_the_engine_module(case_id, model, assume, name, p
     r = diagnose_text(text, model=model, assume=assume)
     c = check(r, name)
     assert c.agrees and c.printed == printed and c.recomputed == [lo, hi]
-    assert r.timeline.extra["vllm_capacity_version"] == version
+    assert r.timeline.extra.vllm_capacity_version == version
     assert "capacity_from_available" in c.how
 
 
@@ -492,7 +492,7 @@ def test_vllm_needed_kv_for_one_request_through_the_engine_module():
     # "models's" dates the text before 0.22; without the flag vLLM's default batch widens the window group.
     text = (REAL / CASES["vllm-27508-gptoss120b-h100-fail"]["fixture"]).read_text(encoding="utf-8")
     r = diagnose_text(text, model="openai/gpt-oss-120b", assume={"max_num_batched_tokens": 1024})
-    assert r.timeline.extra["engine_version_range"] == "<0.22.0"
+    assert r.timeline.extra.engine_version_range == "<0.22.0"
     c = check(r, "KV needed for one max_model_len request")
     assert c.agrees and c.printed == 4.54 and c.recomputed == 4.54
     r = diagnose_text(text, model="openai/gpt-oss-120b")
@@ -520,8 +520,8 @@ def test_real_lines_survive_common_wrappers(case_id):
         r = diagnose_text(variant)
         assert r.timeline.kv_cache_tokens == base.timeline.kv_cache_tokens, name
         assert r.timeline.kv_cache_bytes == base.timeline.kv_cache_bytes, name
-        assert [x.decision.get("rank_label") for x in r.timeline.ranks] == \
-            [x.decision.get("rank_label") for x in base.timeline.ranks], name
+        assert [x.decision.rank_label for x in r.timeline.ranks] == \
+            [x.decision.rank_label for x in base.timeline.ranks], name
         assert codes(r) == codes(base), name
 
 
@@ -537,7 +537,7 @@ def test_local_model_directories_map_to_the_catalog():
     assert catalog_id_for("~/.cache/huggingface/qwen3.6-35b-a3b-nvfp4") is None
     text = (REAL / CASES["vllm-lmcache1739-qwen3-14b"]["fixture"]).read_text(encoding="utf-8")
     r = diagnose_text(text, model="/models/Qwen3-14B")
-    assert r.timeline.extra["model_catalog_id"] == "Qwen/Qwen3-14B"
+    assert r.timeline.extra.model_catalog_id == "Qwen/Qwen3-14B"
     assert check(r, "GPU KV cache size from the model").agrees
 
 

@@ -58,7 +58,7 @@ def _vllm_at(model, gpu, o, context, concurrency, util):
 
 
 def _headroom(t):
-    return min(r.decision["runtime_headroom_bytes_estimated"] for r in t.ranks)
+    return min(r.decision.runtime_headroom_bytes_estimated for r in t.ranks)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -213,10 +213,10 @@ def test_vllm_utilization_is_minimal(model, gpu, gpus, context, concurrency):
     for o in res.options[:8]:
         per = math.ceil(concurrency / o.candidate.dp)
         t = _vllm_at(model, gpu, o, context, concurrency, o.fraction)
-        assert t.starts and t.extra["max_concurrency"] >= per, o.candidate.label
+        assert t.starts and t.extra.max_concurrency >= per, o.candidate.label
         assert t.kv_cache_tokens == o.kv_cache_tokens
         below = _vllm_at(model, gpu, o, context, concurrency, o.fraction - STEP)
-        assert not below.starts or below.extra["max_concurrency"] < per, o.candidate.label
+        assert not below.starts or below.extra.max_concurrency < per, o.candidate.label
         top = _vllm_at(model, gpu, o, context, concurrency, o.fraction_max)
         assert top.starts
         if o.fraction_max + STEP <= 1:
@@ -363,3 +363,69 @@ def test_cli_aliases_and_fixed_vllm_setting(capsys):
     assert main(["fit", "Qwen/Qwen3-8B", "--model", "Qwen/Qwen3-32B", "--gpu", "h100", "--context", "8192",
                  "--concurrency", "1"]) == 2
     assert "two models given" in capsys.readouterr().err
+
+
+def _checkpoint(tmp_path, ref="Qwen/Qwen3-8B"):
+    """A checkpoint directory: the bundled config + one safetensors file (header, sparse data)."""
+    from kvscope.catalog import load_model_source
+
+    cfg = load_model_source(ref).config
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    h, i, v, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["head_dim"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    shapes = {"model.embed_tokens.weight": [v, h], "lm_head.weight": [v, h], "model.norm.weight": [h]}
+    for n in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{n}."
+        shapes.update({p + "self_attn.q_proj.weight": [q, h], p + "self_attn.k_proj.weight": [kv, h],
+                       p + "self_attn.v_proj.weight": [kv, h], p + "self_attn.o_proj.weight": [h, q],
+                       p + "mlp.gate_proj.weight": [i, h], p + "mlp.up_proj.weight": [i, h],
+                       p + "mlp.down_proj.weight": [h, i], p + "input_layernorm.weight": [h]})
+    header, off = {}, 0
+    for name, shape in shapes.items():
+        size = 2 * math.prod(shape)
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + size]}
+        off += size
+    raw = json.dumps(header).encode()
+    with open(tmp_path / "model.safetensors", "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        fh.truncate(8 + len(raw) + off)  # sparse: only the header is read
+    return str(tmp_path)
+
+
+def test_library_fit_reads_exact_weights_from_a_checkpoint_like_the_cli(tmp_path, capsys):
+    """The exact-weights path is the library's: ``fit`` reads the safetensors headers of a checkpoint
+    directory given as ``model_ref``, and gives the CLI's JSON."""
+    ckpt = _checkpoint(tmp_path)
+    spec = load_spec(ckpt)[0]
+    res = fit(FitRequest(spec, get_gpu("h100-sxm"), 8, 32768, 16, model_ref=ckpt))
+    assert main(["fit", ckpt, "--gpu", "h100-sxm", "--context", "32768", "--concurrency", "16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == res.to_dict()
+    estimate = fit(FitRequest(spec, get_gpu("h100-sxm"), 8, 32768, 16, model_ref="Qwen/Qwen3-8B"))
+    assert res.best.kv_cache_tokens != estimate.best.kv_cache_tokens  # the exact weights were used
+    vllm = [fit(FitRequest(spec, get_gpu("h100-sxm"), 8, 32768, 16, engine="vllm", model_ref=ref))
+            for ref in (ckpt, "Qwen/Qwen3-8B")]
+    assert vllm[0].best.kv_cache_tokens == vllm[1].best.kv_cache_tokens  # vLLM plans take no exact weights
+
+
+def test_every_result_field_is_in_the_json():
+    """``_KEYS`` orders the JSON keys of the fit result types; a field left out of it would vanish."""
+    from dataclasses import fields
+
+    from kvscope.fit import Candidate, FitOption, FitResult, Rejection, Shortfall
+
+    for cls in (Candidate, FitOption, Rejection, Shortfall, FitResult):
+        assert {f.name for f in fields(cls)} <= set(cls._KEYS), cls.__name__
+
+
+def test_fit_request_builds_what_the_cli_runs(tmp_path, capsys):
+    """``fit_request(model, gpu, ...)``: the CLI's model loading, GPU, measured GiB and exact weights."""
+    from kvscope.fit import fit_request
+
+    ckpt = _checkpoint(tmp_path)
+    argv = ["fit", ckpt, "--gpu", "h100-sxm", "--context", "32768", "--concurrency", "16", "--tp", "2", "--pp", "1",
+            "--pre-load-free-gib", "78", "--post-load-free-gib", "70.5,70.25", "--set", "page_size=64", "--json"]
+    assert main(argv) == 0
+    cli = json.loads(capsys.readouterr().out)
+    r = fit_request(ckpt, "h100-sxm", context=32768, concurrency=16, tp=2, pp=1, pre_load_free_gib=[78],
+                    post_load_free_gib=[70.5, 70.25], fixed={"page_size": 64})
+    assert fit(r).to_dict() == cli

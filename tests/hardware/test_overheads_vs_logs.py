@@ -70,8 +70,8 @@ def estimate(row: dict) -> tuple[float, float, float]:
     if q == "vllm_activation_peak":
         flags = VllmFlags(**row["flags"])
         d = plan_vllm(_spec(row["model"]), gpu, flags, row["engine_version"]).ranks[0].decision
-        lo, hi = d["activation_peak_bounds"]
-        return d["activation_peak_bytes"] / GiB, lo / GiB, hi / GiB
+        lo, hi = d.activation_peak_bounds
+        return d.activation_peak_bytes / GiB, lo / GiB, hi / GiB
     if q == "cuda_total":
         return gpu.cuda_total_bytes / GiB, gpu.cuda_total_bytes / GiB, gpu.cuda_total_bytes / GiB
     raise AssertionError(f"unknown quantity {q}")

@@ -17,7 +17,8 @@ import pytest
 from packaging.version import Version
 
 from kvscope.catalog import DATA_DIR, list_models, load_model_source
-from kvscope.engines.sglang.memory import cell_size
+from kvscope.engines.sglang.kv_cache import cell_size
+from kvscope.engines.sglang.release import release
 from kvscope.model.load import load_spec
 from kvscope.model.weights import weights_per_rank
 
@@ -75,7 +76,7 @@ def test_geometry_and_kv_bytes_per_token(hf):
     assert (spec.num_full_attention_layers, spec.num_sliding_layers) == (n_full, n_sliding)
     assert spec.dtype == "bfloat16"
     assert 2 * kv_heads * head_dim * 2 * layers == cell_bytes  # the hand formula
-    assert cell_size(spec, Version("0.5.23"), attn_tp=1, kv_bytes=2).cell_bytes == cell_bytes
+    assert cell_size(spec, release("0.5.23"), attn_tp=1, kv_bytes=2).cell_bytes == cell_bytes
 
 
 def test_sliding_window_and_context_facts():

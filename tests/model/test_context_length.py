@@ -40,7 +40,7 @@ def test_plan_uses_the_derived_context_for_the_limit_and_the_request_pool():
     scaled = _llama({"type": "linear", "factor": 4.0})
     assert scaled.sglang_context_len == 16384
     t = plan_sglang(scaled, gpu, SGLangArgs(), "0.5.9")
-    assert t.extra["context_len"] == 16384
+    assert t.extra.context_len == 16384
     plan_sglang(scaled, gpu, SGLangArgs(context_length=16384), "0.5.9")  # allowed: not above the derived
     with pytest.raises(FlagError):
         plan_sglang(_llama(None), gpu, SGLangArgs(context_length=16384), "0.5.9")

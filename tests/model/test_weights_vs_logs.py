@@ -19,6 +19,8 @@ import pytest
 from kvscope.catalog import load_model_source
 from kvscope.model.load import load_spec
 from kvscope.model.spec import ModelSpec
+from kvscope.engines.vllm.backend import mxfp4_moe_backend
+from kvscope.engines.vllm.release import version_traits
 from kvscope.model.weights import (
     pad_vocab_size,
     rope_cache_bytes,
@@ -27,7 +29,6 @@ from kvscope.model.weights import (
     sglang_mla_absorbed_bytes,
     sglang_rank_tensor_sizes,
     sglang_wna16_moe_index_bytes,
-    vllm_mxfp4_backend,
     vllm_mxfp4_moe_layer_bytes,
     vocab_rows_per_rank,
     weights_per_rank,
@@ -52,8 +53,9 @@ def row_estimate(row: dict):
     attn_tp = row["tp"] // row["dp"] if row["dp_attention"] else row["tp"]
     backend = None
     if row["engine"] == "vllm" and s.quant.method == "mxfp4":
-        backend = vllm_mxfp4_backend(row["version"], tuple(row["capability"]) if row["capability"] else None,
-                                     "amd" if row["device"] == "rocm" else "nvidia")
+        backend = mxfp4_moe_backend(version_traits(row["version"]),
+                                    tuple(row["capability"]) if row["capability"] else None,
+                                    "amd" if row["device"] == "rocm" else "nvidia")
     return weights_per_rank(s, tp=row["tp"], pp=row["pp"], ep=row["ep"], attn_tp=attn_tp, engine=row["engine"],
                             device=row["device"], mxfp4_backend=backend)
 
@@ -165,12 +167,17 @@ def test_sglang_rocm_wna16_index_buffers():
 
 
 def test_vllm_mxfp4_backend_choice():
-    assert vllm_mxfp4_backend("0.10.1", (9, 0)) == "marlin"
-    assert vllm_mxfp4_backend("0.14.1", (9, 0)) == "triton_hopper_noprepad"
-    assert vllm_mxfp4_backend("0.19.0", (9, 0)) == "triton_hopper"
-    assert vllm_mxfp4_backend("0.19.0", (10, 0)) == "flashinfer_trtllm"
-    assert vllm_mxfp4_backend("0.19.0", (8, 0)) == "marlin"
-    assert vllm_mxfp4_backend("0.19.0", None, "amd") == "rocm"
+    def backend(version, *a):
+        return mxfp4_moe_backend(version_traits(version), *a)
+    assert backend("0.10.1", (9, 0)) == "marlin"
+    assert backend("0.11.0", (9, 0)) == "marlin"
+    assert backend("0.12.0", (9, 0)) == "triton_hopper_noprepad"
+    assert backend("0.14.1", (9, 0)) == "triton_hopper_noprepad"
+    assert backend("0.17.0", (9, 0)) == "triton_hopper"
+    assert backend("0.19.0", (9, 0)) == "triton_hopper"
+    assert backend("0.19.0", (10, 0)) == "flashinfer_trtllm"
+    assert backend("0.19.0", (8, 0)) == "marlin"
+    assert backend("0.19.0", None, "amd") == "rocm"
 
 
 def test_vllm_mxfp4_layouts_gpt_oss():

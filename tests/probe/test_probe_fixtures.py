@@ -7,11 +7,13 @@ the engines' own arithmetic on that device, written out.
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
 
-from kvscope.engines.sglang.hooks import TARGETS as SGLANG_TARGETS
-from kvscope.probe.records import render_attachment
-from kvscope.probe.targets import Target
+from kvscope.hooks import Target
+from kvscope.schema import output_schema
+from kvscope.hooks.sglang import TARGETS as SGLANG_TARGETS
+from kvscope.report.probe_text import render_attachment
 
 from .conftest import run_fixture, run_plain
 
@@ -49,6 +51,7 @@ def test_sglang_records_every_rank(tmp_path, model_path, engine_dir, version):
         assert proc.engine_version == version
     tl = run.timeline
     assert tl.source == "probe" and tl.engine == "sglang" and tl.engine_version == version
+    jsonschema.validate(tl.to_dict(), output_schema())  # the one schema of every --json output
     assert tl.kv_cache_tokens == TOKENS and tl.kv_cell_bytes == CELL and tl.starts is True
     assert [r.rank for r in tl.ranks] == [0, 1]
     for r in tl.ranks:
@@ -101,6 +104,7 @@ def test_vllm_records_every_rank(tmp_path, engine_dir, version):
     assert f"num_gpu_blocks=[{blocks}, {blocks}]" in run.stdout
     tl = run.timeline
     assert tl.engine == "vllm" and tl.engine_version == version
+    jsonschema.validate(tl.to_dict(), output_schema())
     assert tl.extra["num_gpu_blocks"] == blocks == 56376
     assert tl.kv_cache_tokens == blocks * 16
     assert [r.rank for r in tl.ranks] == [0, 1]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope.engines.sglang.args import SGLangArgs, parse_version
+from kvscope.engines.sglang.args import SGLangArgs
+from kvscope.engines.sglang.release import release
 from kvscope.engines.sglang.backend import resolve_attention_backend
 from kvscope.engines.sglang.plan import Measured, plan_sglang
 from kvscope.hardware.gpus import get_gpu
@@ -23,7 +24,7 @@ def spec(ref):
 
 
 def resolve(ref, gpu, version, context=131072, **kw):
-    return resolve_attention_backend(parse_version(version), spec(ref), get_gpu(gpu), SGLangArgs(**kw), context)
+    return resolve_attention_backend(release(version), spec(ref), get_gpu(gpu), SGLangArgs(**kw), context)
 
 
 @pytest.mark.parametrize("model,gpu,version,backend,page", [
@@ -84,7 +85,7 @@ def test_aiter_factor_is_applied_to_the_user_fraction_in_the_profile():
     aiter = plan_sglang(s, gpu, SGLangArgs(mem_fraction_static=0.9), "0.5.9", measured=m)
     triton = plan_sglang(s, gpu, SGLangArgs(mem_fraction_static=0.9 * 0.85, attention_backend="triton"), "0.5.9",
                          measured=m)
-    assert aiter.extra["attention_backend"] == "aiter" and triton.extra["aiter_fraction_factor"] is None
+    assert aiter.extra.attention_backend == "aiter" and triton.extra.aiter_fraction_factor is None
     assert aiter.kv_cache_tokens == triton.kv_cache_tokens
     # rest = 175 - 190 x (1 - 0.765) = 130.35 GiB; cell = 32 layers x 8 heads x 128 x 2 (K,V) x 2 B
     assert aiter.kv_cache_tokens == int((175 - 190 * (1 - 0.9 * 0.85)) * GIB) // 131072
@@ -97,8 +98,8 @@ def test_fix_is_given_in_flag_units_under_aiter():
     bad = plan_sglang(s, gpu, SGLangArgs(mem_fraction_static=0.7), "0.5.9", measured=m)
     assert not bad.starts
     flag = next(f.value for f in bad.fix if f.flag == "--mem-fraction-static")
-    assert flag == bad.extra["min_mem_fraction_static"] or abs(flag - bad.extra["min_mem_fraction_static"]) < 1e-3
+    assert flag == bad.extra.min_mem_fraction_static or abs(flag - bad.extra.min_mem_fraction_static) < 1e-3
     ok = plan_sglang(s, gpu, SGLangArgs(mem_fraction_static=flag), "0.5.9", measured=m)
     low = plan_sglang(s, gpu, SGLangArgs(mem_fraction_static=round(flag - 0.001, 3)), "0.5.9", measured=m)
     assert ok.starts and not low.starts
-    assert flag > bad.extra["min_effective_mem_fraction_static"]  # the flag is the effective value / 0.85
+    assert flag > bad.extra.min_effective_mem_fraction_static  # the flag is the effective value / 0.85

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope.engines.sglang import memory as mem
-from kvscope.engines.sglang.args import parse_version
+from kvscope.engines.sglang import kv_cache as mem
+from kvscope.engines.sglang import mamba
+from kvscope.engines.sglang.release import release
 from kvscope.model.load import load_spec
 
-V = parse_version("0.5.23")
+V = release("0.5.23")
 
 CASES = [
     # model, attn_tp, kv dtype flag, expected bytes, how
@@ -61,7 +62,7 @@ def test_eagle_draft_share_current():
 
 def test_v046_assumed_v_equals_k():
     spec, _ = load_spec("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B")
-    cell = mem.cell_size(spec, parse_version("0.4.6.post5"), attn_tp=1, kv_bytes=2)
+    cell = mem.cell_size(spec, release("0.4.6.post5"), attn_tp=1, kv_bytes=2)
     assert cell.cell_bytes == 8 * 128 * 64 * 2 * 2
 
 
@@ -69,5 +70,5 @@ def test_mamba_state_qwen3_next():
     """GDN state per request per rank: conv (2*16*128 + 32*128) x 3 x 2 B + temporal 32*128*128 x 4 B, x 36 layers
     (shared/specs/perf.md §3: 'temporal = 32*128*128*4, conv = (2*16*128 + 32*128)*3*2')."""
     spec, _ = load_spec("Qwen/Qwen3-Next-80B-A3B-Thinking")
-    per = mem.mamba_state_bytes_per_req(spec, tp=1)
+    per = mamba.mamba_state_bytes_per_req(spec, tp=1)
     assert per == ((2 * 16 * 128 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4) * 36

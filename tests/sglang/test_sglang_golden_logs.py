@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kvscope.engines.sglang.release import release
 from kvscope.engines.sglang.args import SGLangArgs, resolve_defaults
 from kvscope.engines.sglang.plan import Measured, plan_sglang
 from kvscope.hardware.gpus import get_gpu
@@ -39,7 +40,7 @@ def test_qwq32b_4x_l4_v043():
     lo, hi = _bounds("Qwen/Qwen2.5-32B", "l4", "0.4.3.post4", None, 21.63, 6.09, 4, context_length=131072)
     assert lo <= 46611 <= hi
     t = _tokens("Qwen/Qwen2.5-32B", "l4", "0.4.3.post4", None, 21.63, 6.09, 4, context_length=131072)
-    assert t.extra["mem_fraction_static"] == 0.85  # the log's "(auto default)"
+    assert t.extra.mem_fraction_static == 0.85  # the log's "(auto default)"
     assert t.kv_cell_bytes == 2 * (128 + 128) * 64 * 2
     assert t.max_running_requests == 2049  # v0.4: pool size max_num_reqs + 1
     # K size printed 1.42 GB: (T + 1 page) x K bytes
@@ -59,7 +60,7 @@ def test_kimi_k25_8x_mi355x_v058():
     assert lo_min <= 2454421 <= hi_min
     # the auto fraction itself: round((gpu - 27136)/gpu, 3) = 0.908, times the VLM factor of a 27 x 1152 ViT
     spec, _ = load_spec("moonshotai/Kimi-K2.5")
-    d = resolve_defaults("0.5.8", SGLangArgs(tp_size=8), get_gpu("mi355x").memory_mib, is_mla=True,
+    d = resolve_defaults(release("0.5.8"), SGLangArgs(tp_size=8), get_gpu("mi355x").memory_mib, is_mla=True,
                          is_multimodal=True, vit_num_layers=spec.vision.sglang_num_layers,
                          vit_hidden_size=spec.vision.sglang_hidden_size, is_amd=True)
     assert d.mem_fraction_static == pytest.approx(mfs, abs=1e-12)
@@ -79,7 +80,7 @@ def test_glm5_fp8_dsa_cell_and_known_gap():
     assert t.kv_cell_bytes == (576 + 132) * 78
     assert round((3262823 + 1) * (656 + 132) * 78 / GiB, 2) == 186.77
     # classic rule: 193.92 - 283.50 x 0.092 = 167.84 GiB of budget, divided by the 576-based cell
-    assert round(t.extra["rest_memory_bytes"] / GiB, 1) == 167.8
+    assert round(t.extra.rest_memory_bytes / GiB, 1) == 167.8
     # the count sits within the log's 2-decimal rounding once the MIN over 8 ranks is allowed a per-rank
     # spread of 0.03 GiB of post-load free memory (TP0's figures are printed; cf. the Kimi K2.5 case)
     lo, hi = _bounds("zai-org/GLM-5", "mi355x", "0.5.8", 0.908, 283.50, 193.92 - 0.03, 8, kv_cache_dtype="fp8_e4m3")
@@ -104,10 +105,10 @@ def test_origin_case_cannot_start_current():
         "Raise --mem-fraction-static above 0.770 (minimum viable = 1 - available/pre = 0.7691). "
         "If using speculative decoding, draft weights are now counted.")
     assert t.kv_cell_bytes == 70272
-    assert t.extra["tokens_per_0_01_mem_fraction"] == int(94 * 0.01 * GiB) // 70272 == 14363
-    assert t.extra["engine_min_mem_fraction_static"] == pytest.approx(0.7691, abs=1e-4)
+    assert t.extra.tokens_per_0_01_mem_fraction == int(94 * 0.01 * GiB) // 70272 == 14363
+    assert t.extra.engine_min_mem_fraction_static == pytest.approx(0.7691, abs=1e-4)
     # with the 100 MB VLM reservation (>=0.5.18) the true minimum is 0.7702: SGLang's hint 0.770 still fails
-    assert t.extra["min_mem_fraction_static"] == pytest.approx(0.7702, abs=1e-4)
+    assert t.extra.min_mem_fraction_static == pytest.approx(0.7702, abs=1e-4)
     assert t.fix[0].flag == "--mem-fraction-static" and t.fix[0].value == 0.771
     assert not _tokens("moonshotai/Kimi-K2.5", "rtx-pro-6000", "0.5.23", 0.770, 94, 21.7, 8).starts
     assert _tokens("moonshotai/Kimi-K2.5", "rtx-pro-6000", "0.5.23", 0.771, 94, 21.7, 8).starts
@@ -119,8 +120,8 @@ def test_origin_case_classic_v059():
     assert t.error == ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
                        "Current value: self.server_args.mem_fraction_static=0.55")
     d = t.ranks[0].decision
-    assert d["profiled_tokens"] == int((21.7 - 94 * 0.45) * GiB) // 70272 < 0
-    assert t.extra["min_mem_fraction_static"] == pytest.approx(0.7691, abs=1e-4)
+    assert d.profiled_tokens == int((21.7 - 94 * 0.45) * GiB) // 70272 < 0
+    assert t.extra.min_mem_fraction_static == pytest.approx(0.7691, abs=1e-4)
 
 
 def test_origin_effective_fraction_for_10_4_gib():

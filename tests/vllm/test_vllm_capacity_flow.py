@@ -16,7 +16,8 @@ from packaging.version import Version
 
 from kvscope.engines.vllm import kv_cache as kvc
 from kvscope.engines.vllm import memory as mem
-from kvscope.engines.vllm.args import VllmFlags, resolve_args, version_traits
+from kvscope.engines.vllm.args import VllmFlags, resolve_args
+from kvscope.engines.vllm.release import version_traits
 from kvscope.engines.vllm.plan import VllmMeasured, plan_vllm
 from kvscope.errors import FlagError
 from kvscope.hardware.gpus import get_gpu
@@ -91,22 +92,22 @@ def test_plan_equals_kv_cache_configs(model, flag_kw, version):
     for gib in AVAILABLE_GIB:
         t = _plan(spec, version, flags, gib)
         # the plan resolved the same arguments and the same groups
-        assert t.extra["block_size"] == kv.layout.block_size
-        assert t.extra["max_num_batched_tokens"] == a.max_num_batched_tokens
-        assert t.extra["bytes_per_block"] == plans[0].bytes_per_block
-        assert [(g["kind"], g["num_layers"], g["page_size_bytes"]) for g in t.extra["kv_cache_groups"]] == [
+        assert t.extra.block_size == kv.layout.block_size
+        assert t.extra.max_num_batched_tokens == a.max_num_batched_tokens
+        assert t.extra.bytes_per_block == plans[0].bytes_per_block
+        assert [(g.kind, g.num_layers, g.page_size_bytes) for g in t.extra.kv_cache_groups] == [
             (g.spec.kind, len(g.layer_ids), g.spec.page_size_bytes) for g in plans[0].groups]
         res = kvc.kv_cache_configs(plans, [gib_to_bytes(gib)] * a.pp, _view(spec, a), a.traits,
                                    num_gpu_blocks_override=a.num_gpu_blocks_override,
                                    cache_block_size=kv.layout.block_size)
-        assert t.extra["num_gpu_blocks"] == res.num_blocks
+        assert t.extra.num_gpu_blocks == res.num_blocks
         assert t.kv_cache_tokens == res.kv_cache_tokens
-        assert t.extra["max_concurrency"] == round(res.max_concurrency, 4)
-        assert t.extra["max_model_len"] == res.max_model_len
-        assert t.ranks[0].decision["needed_memory_bytes"] == max(res.needed_memory_bytes)
+        assert t.extra.max_concurrency == round(res.max_concurrency, 4)
+        assert t.extra.max_model_len == res.max_model_len
+        assert t.ranks[0].decision.needed_memory_bytes == max(res.needed_memory_bytes)
         if res.error is not None:
             assert t.error == res.error and not t.starts
-            assert t.extra.get("estimated_max_model_len") == res.estimated_max_model_len
+            assert t.extra.estimated_max_model_len == res.estimated_max_model_len
         elif t.error is not None:  # only the mamba-blocks check may fail after a passing admission check
             assert t.error == kvc.mamba_max_num_seqs_error(a.max_num_seqs, res.num_blocks)
 
@@ -140,9 +141,9 @@ def test_hand_llama_dense():
     spec = spec_of("meta-llama/Llama-3.1-8B-Instruct")
     for version in ("0.19.1", "0.33.0"):
         t = _plan(spec, version, VllmFlags(max_model_len=32768), 40.25)
-        assert t.extra["bytes_per_block"] == 32 * 2 * 16 * 8 * 128 * 2 == 2_097_152
-        assert t.extra["num_gpu_blocks"] == 43_218_108_416 // 2_097_152 == 20_608
-        assert t.extra["max_concurrency"] == 20_608 / 2048 == 10.0625
+        assert t.extra.bytes_per_block == 32 * 2 * 16 * 8 * 128 * 2 == 2_097_152
+        assert t.extra.num_gpu_blocks == 43_218_108_416 // 2_097_152 == 20_608
+        assert t.extra.max_concurrency == 20_608 / 2048 == 10.0625
         assert t.kv_cache_tokens == 329_728
 
 
@@ -161,12 +162,12 @@ def test_hand_gpt_oss_in_flight_rule():
     t19 = _plan(spec, "0.19.1", flags, 7.5)
     t26 = _plan(spec, "0.26.0", flags, 7.5)
     for t in (t19, t26):
-        assert t.extra["bytes_per_block"] == 12 * 2 * 16 * 8 * 64 * 2 == 393_216
-        assert t.extra["num_gpu_blocks"] == 8_053_063_680 // 393_216 == 20_480
+        assert t.extra.bytes_per_block == 12 * 2 * 16 * 8 * 64 * 2 == 393_216
+        assert t.extra.num_gpu_blocks == 8_053_063_680 // 393_216 == 20_480
     assert t19.kv_cache_tokens == 20_480 // 2 * 16 == 163_840
-    assert t19.extra["max_concurrency"] == round(20_480 / (2048 + 137), 4) == 9.373
+    assert t19.extra.max_concurrency == round(20_480 / (2048 + 137), 4) == 9.373
     assert t26.kv_cache_tokens == int(20_480 / (2048 + 265) * 32768) == 290_137
-    assert t26.extra["max_concurrency"] == round(20_480 / 2313, 4) == 8.8543
+    assert t26.extra.max_concurrency == round(20_480 / 2313, 4) == 8.8543
 
 
 def test_hand_pp2_capacity_log_before_the_min_0_11():

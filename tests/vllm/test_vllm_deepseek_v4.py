@@ -114,11 +114,11 @@ def _plan(spec, available_gib, mnbt=8448, version="0.33.0"):
 
 def test_real_case_rtx_pro_5000_tp4_dspark(spec):
     t = _plan(spec, 12.387)
-    assert t.extra["num_gpu_blocks"] == 13_270
-    assert t.extra["bytes_per_block"] == 1_002_240
+    assert t.extra.num_gpu_blocks == 13_270
+    assert t.extra.bytes_per_block == 1_002_240
     assert t.kv_cache_tokens == 63_859
-    assert f"{t.extra['max_concurrency']:.2f}" == "1.89"
-    assert len(t.extra["kv_cache_groups"]) == 5
+    assert f"{t.extra.max_concurrency:.2f}" == "1.89"
+    assert len(t.extra.kv_cache_groups) == 5
     assert t.starts and t.error is None
 
 
@@ -139,8 +139,8 @@ def test_default_batched_tokens_give_more_tokens(spec):
     """With vLLM's default 8,192 batched tokens the same memory reports 65,808 tokens / 1.95x:
     the case's 63,859 needs 16,896 in-flight tokens (e.g. --max-num-batched-tokens 8448)."""
     t = _plan(spec, 12.387, mnbt=8192)
-    assert t.extra["num_gpu_blocks"] == 13_270 and t.kv_cache_tokens == 65_808
-    assert f"{t.extra['max_concurrency']:.2f}" == "1.95"
+    assert t.extra.num_gpu_blocks == 13_270 and t.kv_cache_tokens == 65_808
+    assert f"{t.extra.max_concurrency:.2f}" == "1.95"
 
 
 def test_other_version_is_flagged(spec):

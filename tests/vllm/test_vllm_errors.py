@@ -8,7 +8,7 @@ import pytest
 
 from kvscope.cli import main
 from kvscope.engines.vllm import kv_cache as kvc
-from kvscope.engines.vllm.args import version_traits
+from kvscope.engines.vllm.release import version_traits
 from kvscope.engines.vllm.plan import VllmFlags, VllmMeasured, plan_vllm
 from kvscope.errors import FlagError
 from kvscope.hardware.gpus import get_gpu
@@ -23,7 +23,7 @@ def test_insufficient_memory_error_text_0_19():
     t = plan_vllm(spec_of(LLAMA), get_gpu("rtx-3090"), VllmFlags(gpu_memory_utilization=0.9, max_model_len=29000),
                   "0.19.0", VllmMeasured(available_kv_cache_gib=2.89))
     assert not t.starts
-    est = t.extra["estimated_max_model_len"]
+    est = t.extra.estimated_max_model_len
     assert est == (int(2.89 * 2**30) // 2_097_152) * 16  # whole blocks of 16 tokens
     assert t.error == (
         "To serve at least one request with the models's max seq len (29000), (3.54 GiB KV cache is needed, "
@@ -60,7 +60,7 @@ def test_mamba_blocks_vs_max_num_seqs():
     spec = spec_of("Qwen/Qwen3.5-27B")
     t = plan_vllm(spec, get_gpu("h200"), VllmFlags(tensor_parallel_size=2, max_model_len=4096, max_num_seqs=1024),
                   "0.33.0", VllmMeasured(available_kv_cache_gib=2.0))
-    blocks = t.extra["num_gpu_blocks"]
+    blocks = t.extra.num_gpu_blocks
     assert blocks < 1024
     assert t.error == kvc.mamba_max_num_seqs_error(1024, blocks)
     assert t.fix[0].flag == "--max-num-seqs" and t.fix[0].value == blocks
@@ -78,15 +78,15 @@ def test_no_available_memory():
 def test_kv_cache_memory_bytes_and_override():
     spec = spec_of(LLAMA)
     t = plan_vllm(spec, get_gpu("h100-sxm"), VllmFlags(max_model_len=8192, kv_cache_memory_bytes=10 * 2**30), "0.33.0")
-    assert t.extra["available_kv_cache_bytes"] == 10 * 2**30 and t.extra["num_gpu_blocks"] == 5120
+    assert t.extra.available_kv_cache_bytes == 10 * 2**30 and t.extra.num_gpu_blocks == 5120
     t2 = plan_vllm(spec, get_gpu("h100-sxm"), VllmFlags(max_model_len=8192, num_gpu_blocks_override=1000), "0.33.0")
-    assert t2.extra["num_gpu_blocks"] == 1000 and t2.kv_cache_tokens == 16000
+    assert t2.extra.num_gpu_blocks == 1000 and t2.kv_cache_tokens == 16000
 
 
 def test_auto_fit_max_model_len():
     t = plan_vllm(spec_of(LLAMA), get_gpu("rtx-3090"), VllmFlags(max_model_len=-1, gpu_memory_utilization=0.9),
                   "0.19.0", VllmMeasured(available_kv_cache_gib=2.89))
-    assert t.starts and t.extra["max_model_len"] == (int(2.89 * 2**30) // 2_097_152) * 16
+    assert t.starts and t.extra.max_model_len == (int(2.89 * 2**30) // 2_097_152) * 16
 
 
 @pytest.mark.parametrize("argv,needle", [

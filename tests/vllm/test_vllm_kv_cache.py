@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from kvscope.engines.vllm import kv_cache as kvc
 from kvscope.engines.vllm import memory as mem
-from kvscope.engines.vllm.args import VllmFlags, resolve_args, version_traits
+from kvscope.engines.vllm.args import VllmFlags, resolve_args
+from kvscope.engines.vllm.release import version_traits
 from kvscope.hardware.gpus import get_gpu
 from kvscope.units import GiB
 

@@ -1,4 +1,4 @@
-"""plan_vllm takes max_model_len from the config the way each release derives it (args.derive_max_model_len,
+"""plan_vllm takes max_model_len from the config the way each release derives it (max_len.derive_max_model_len,
 conformance-tested against _get_and_verify_max_len): Phi-3.5-mini is a longrope model whose top-level
 original_max_position_embeddings (4096) becomes the default from vLLM 0.19 (config/model.py @ v0.19.1)."""
 
@@ -17,7 +17,7 @@ from kvscope.model.load import load_spec
 def test_longrope_default_max_model_len_per_release(version, expected):
     spec = load_spec("microsoft/Phi-3.5-mini-instruct")[0]
     t = plan_vllm(spec, get_gpu("h100"), VllmFlags(), version)
-    assert t.extra["max_model_len"] == expected
+    assert t.extra.max_model_len == expected
 
 
 def test_user_value_above_the_derived_length_is_refused_with_the_engine_text():

@@ -14,7 +14,7 @@ request at 262,144 tokens needs 16,384 blocks per layer, so 48 layers need 48 x 
 from __future__ import annotations
 
 from kvscope.engines.vllm import kv_cache as kvc
-from kvscope.engines.vllm.args import version_traits
+from kvscope.engines.vllm.release import version_traits
 from kvscope.units import GiB
 
 PAGE = 16 * 4 * 128 * 2 * 2  # block 16, 4 KV heads x 128, K and V, bf16

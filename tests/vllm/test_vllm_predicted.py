@@ -30,7 +30,7 @@ H100_CASES = [
 def test_available_kv_within_3_percent(case_id, model, version, flags, printed, cases):
     assert f"{printed:.2f} GiB" == cases[case_id]["observed"]["available_kv_cache_gib"]
     t = plan_vllm(spec_of(model), get_gpu("h100-sxm"), flags, version)
-    predicted = t.extra["available_kv_cache_bytes"] / GiB
+    predicted = t.extra.available_kv_cache_bytes / GiB
     assert abs(predicted - printed) / printed < 0.03, (predicted, printed)
     assert t.starts and "available_kv_cache_bytes" in t.estimated
 
@@ -41,15 +41,15 @@ def test_requested_memory_matches_logs():
                     VllmFlags(gpu_memory_utilization=0.95, max_model_len=8192), "0.19.0")
     t90 = plan_vllm(spec_of("openai/gpt-oss-20b"), get_gpu("h100-sxm"),
                     VllmFlags(tensor_parallel_size=2, max_model_len=8192), "0.19.0")
-    assert round(t95.extra["requested_memory_bytes"] / GiB, 2) == 75.23
-    assert round(t90.extra["requested_memory_bytes"] / GiB, 2) == 71.27
-    assert t90.extra["gpu_memory_utilization"] == 0.9
+    assert round(t95.extra.requested_memory_bytes / GiB, 2) == 75.23
+    assert round(t90.extra.requested_memory_bytes / GiB, 2) == 71.27
+    assert t90.extra.gpu_memory_utilization == 0.9
 
 
 def test_version_change_in_activation_peak_is_modelled():
     """0.16 -> 0.17: the triton top-k/top-p sampler dropped the profiled peak 5.64 -> 2.23 GiB."""
     spec = spec_of("Qwen/Qwen3-14B")
     f = VllmFlags(gpu_memory_utilization=0.95, max_model_len=8192)
-    a16 = plan_vllm(spec, get_gpu("h100-sxm"), f, "0.16.0").ranks[0].decision["activation_peak_bytes"] / GiB
-    a17 = plan_vllm(spec, get_gpu("h100-sxm"), f, "0.17.0").ranks[0].decision["activation_peak_bytes"] / GiB
+    a16 = plan_vllm(spec, get_gpu("h100-sxm"), f, "0.16.0").ranks[0].decision.activation_peak_bytes / GiB
+    a17 = plan_vllm(spec, get_gpu("h100-sxm"), f, "0.17.0").ranks[0].decision.activation_peak_bytes / GiB
     assert abs(a16 - 5.64) < 0.2 and abs(a17 - 2.23) < 0.2

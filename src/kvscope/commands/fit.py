@@ -9,26 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
-from ..engines.sglang.plan import Measured
 from ..errors import FlagError
-from ..fit import FitRequest, fit, parse_set
-from ..hardware.gpus import get_gpu, gpu_names
-from ..model.load import load_spec
-from ..model.safetensors import checkpoint_tensors, exact_weights_per_rank
+from ..fit import FitRequest, fit, fit_request, parse_set
+from ..hardware.gpus import gpu_names
 from ..report.fit_text import render_fit
-from .plan import _gib_list  # the same per-rank GiB list syntax as kvscope plan
-from ..units import gib_to_bytes
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
+from ._argtypes import gib_list, positive_int
 
 
 def register(sub) -> None:
@@ -44,25 +31,25 @@ def register(sub) -> None:
     p.add_argument("--model", dest="model_opt", default=None, help="same as MODEL")
     p.add_argument("--gpu", default=None, help=f"one of: {', '.join(gpu_names())}")
     p.add_argument("--gpu-memory-mib", type=int, default=None, help="GPU capacity (nvidia-smi memory.total)")
-    p.add_argument("--gpus", type=_positive_int, default=8, help="GPUs available (the most a layout may use; default 8)")
-    p.add_argument("--context", type=_positive_int, required=True, help="tokens per request (prompt + output)")
-    p.add_argument("--concurrency", type=_positive_int, required=True, help="simultaneous requests at that context")
+    p.add_argument("--gpus", type=positive_int, default=8, help="GPUs available (the most a layout may use; default 8)")
+    p.add_argument("--context", type=positive_int, required=True, help="tokens per request (prompt + output)")
+    p.add_argument("--concurrency", type=positive_int, required=True, help="simultaneous requests at that context")
     p.add_argument("--engine", choices=("sglang", "vllm"), default="sglang")
     p.add_argument("--engine-version", "--version", dest="engine_version", default=None,
                    help="engine version (default: latest known)")
     p.add_argument("--kv-cache-dtype", default=None, help="fix the KV dtype (default: try auto and fp8)")
-    p.add_argument("--tp", type=_positive_int, default=None, help="fix tensor parallelism (default: search)")
-    p.add_argument("--pp", type=_positive_int, default=None, help="fix pipeline parallelism (default: search)")
-    p.add_argument("--dp", type=_positive_int, default=None,
+    p.add_argument("--tp", type=positive_int, default=None, help="fix tensor parallelism (default: search)")
+    p.add_argument("--pp", type=positive_int, default=None, help="fix pipeline parallelism (default: search)")
+    p.add_argument("--dp", type=positive_int, default=None,
                    help="fix data-parallel replicas (default: search; --dp 1 for none)")
     p.add_argument("--no-dp-attention", action="store_true", help="do not try SGLang DP-attention (MLA models)")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", default=None,
                    help="hold an engine setting fixed, e.g. --set page_size=64, --set mem_fraction_static=0.85, "
                         "--set block_size=32 (repeatable)")
     p.add_argument("--step", type=float, default=0.01, help="grid of the memory knob (default 0.01)")
-    p.add_argument("--pre-load-free-gib", type=_gib_list, default=None,
+    p.add_argument("--pre-load-free-gib", type=gib_list, default=None,
                    help="SGLang, with --tp/--pp: measured free memory before weights (log 'Load weight begin')")
-    p.add_argument("--post-load-free-gib", type=_gib_list, default=None,
+    p.add_argument("--post-load-free-gib", type=gib_list, default=None,
                    help="SGLang, with --tp/--pp: measured free memory after weights (log 'Load weight end')")
     p.add_argument("--all", action="store_true", help="list every working configuration")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -80,28 +67,13 @@ def _model_ref(args: argparse.Namespace) -> str:
 
 
 def request_from_args(args: argparse.Namespace) -> FitRequest:
-    ref = _model_ref(args)
-    spec, src = load_spec(ref)
-    gpu = get_gpu(args.gpu, args.gpu_memory_mib)
-    measured = None
-    if args.pre_load_free_gib or args.post_load_free_gib:
-        measured = Measured(
-            pre_load_free_bytes=tuple(gib_to_bytes(x) for x in args.pre_load_free_gib) if args.pre_load_free_gib else None,
-            post_load_free_bytes=tuple(gib_to_bytes(x) for x in args.post_load_free_gib) if args.post_load_free_gib else None,
-        )
-    exact = None
-    if src.checkpoint_dir is not None and args.engine == "sglang":
-        tensors = checkpoint_tensors(src.checkpoint_dir)
-        if tensors:
-            def exact(tp: int, _t=tensors, _kv=spec.num_key_value_heads) -> int:
-                return exact_weights_per_rank(_t, tp, _kv)[1]
-    return FitRequest(
-        spec=spec, gpu=gpu, gpus=args.gpus, context_tokens=args.context, concurrency=args.concurrency,
-        engine=args.engine, version=args.engine_version, kv_cache_dtype=args.kv_cache_dtype, tp=args.tp, pp=args.pp, dp=args.dp,
-        fixed=parse_set(args.set), measured=measured, exact_weights=exact, step=args.step, model_ref=ref,
-        gpu_ref=args.gpu, gpu_memory_mib=args.gpu_memory_mib,
-        allow_dp_attention=not args.no_dp_attention,
-    )
+    r = fit_request(
+        _model_ref(args), args.gpu, context=args.context, concurrency=args.concurrency, gpus=args.gpus,
+        engine=args.engine, engine_version=args.engine_version, gpu_memory_mib=args.gpu_memory_mib,
+        kv_cache_dtype=args.kv_cache_dtype, tp=args.tp, pp=args.pp, dp=args.dp,
+        pre_load_free_gib=args.pre_load_free_gib, post_load_free_gib=args.post_load_free_gib, step=args.step,
+        allow_dp_attention=not args.no_dp_attention)
+    return replace(r, fixed=parse_set(args.set))  # after the model and GPU: their errors come first
 
 
 def run(args: argparse.Namespace) -> int:

@@ -43,9 +43,10 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kvscope.probe.live import read_live, write_live
-    from kvscope.probe.records import render_attachment, report_for_dir
+    from kvscope.probe.records import report_for_dir
     from kvscope.probe.runner import prepare_out_dir, run_under_probe
     from kvscope.probe.timeline import timeline_from_probe_dir
+    from kvscope.report.probe_text import render_attachment, render_timeline
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -81,32 +82,3 @@ def run(args: argparse.Namespace) -> int:
 def _dump(path: str, data: Any) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1, default=str)
-
-
-def render_timeline(tl: Any) -> str:
-    from kvscope.units import fmt_gib
-
-    lines = [f"{tl.engine} {tl.engine_version or ''} — measured by probe".replace("  ", " ")]
-    if tl.kv_cache_tokens is not None:
-        lines.append(f"  KV cache tokens: {tl.kv_cache_tokens}")
-    if tl.error:
-        lines.append(f"  error: {tl.error}")
-    for r in tl.ranks:
-        lines.append(f"  rank {r.rank} ({r.decision.get('rank_label', '')}):")
-        for ph in r.phases:
-            def g(b: int | None) -> str:
-                return "?" if b is None else fmt_gib(b)
-            used = "" if ph.used_bytes is None else f", used {fmt_gib(ph.used_bytes)}"
-            lines.append(f"    {ph.name:<20} free {g(ph.free_bytes_before)} -> "
-                         f"{g(ph.free_bytes_after)}{used}")
-        keys = ("pre_model_load_memory_gib", "available_gpu_memory_gib", "mem_fraction_static",
-                "slack_bytes", "available_bytes", "cell_size_bytes", "max_total_num_tokens",
-                "max_running_requests", "init_free_bytes", "requested_memory_bytes",
-                "non_kv_cache_memory_bytes", "available_kv_cache_memory_bytes",
-                "num_gpu_blocks", "error")
-        shown = [f"{k}={r.decision[k]}" for k in keys if r.decision.get(k) is not None]
-        if shown:
-            lines.append("    decision: " + ", ".join(shown))
-    for w in tl.warnings:
-        lines.append(f"  warning: {w}")
-    return "\n".join(lines)

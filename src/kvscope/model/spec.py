@@ -159,7 +159,7 @@ class ModelSpec:
     assumed: tuple[str, ...] = ()  # fields we had to assume (unknown model_type, missing keys)
     sglang_context_len: int | None = None  # SGLang's get_context_length(hf_text_config), see below
     # The text config's length and RoPE keys, as read (vLLM's _get_and_verify_max_len needs them,
-    # version by version: engines/vllm/args.py derive_max_model_len).
+    # version by version: engines/vllm/max_len.py derive_max_model_len).
     length_config: tuple[tuple[str, Any], ...] = ()
     dsv4: DeepseekV4Spec | None = None  # DeepSeek-V4 compressed/SWA attention (model_type deepseek_v4)
     # config ``attention_bias`` (GPT-OSS, GLM-4.5, some Llama variants): q/k/v(/o) projections carry a bias.

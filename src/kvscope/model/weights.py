@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from packaging.version import InvalidVersion, Version
 
 from .quant import QuantSpec
 from .spec import FULL, LINEAR, MAMBA, SLIDING, ModelSpec
@@ -531,34 +530,6 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def vllm_mxfp4_backend(version: str | None, capability: tuple[int, int] | None = None,
-                       vendor: str = "nvidia") -> str:
-    """The MXFP4 MoE backend vLLM picks by default (no env overrides, no LoRA).
-
-    v0.10.x: Marlin on Hopper unless torch >= 2.8.0 and triton_kernels are installed
-    (``Mxfp4MoEMethod._should_use_marlin``, quantization/mxfp4.py @ v0.10.1.1; the v0.10.1 wheel
-    pins torch 2.7.1) -- and the wheels up to v0.11.0 do not bundle ``triton_kernels``
-    (no vllm/third_party/triton_kernels in the v0.11.0 wheel): Marlin below v0.12 [the exact
-    release that bundled it is not checked]. Later: Triton (``matmul_ogs``) on SM90, FlashInfer
-    TRT-LLM on SM100 (``_get_priority_backends``, fused_moe/oracle/mxfp4.py @ v0.19.0)."""
-    if vendor == "amd":
-        return "rocm"
-    major = (capability or (9, 0))[0]
-    try:
-        v = Version(version) if version else None
-    except InvalidVersion:
-        v = None
-    if major >= 10:
-        return "flashinfer_trtllm"
-    if major == 9:
-        if v is not None and v < Version("0.12"):
-            return "marlin"
-        if v is not None and v < Version("0.17"):
-            return "triton_hopper_noprepad"
-        return "triton_hopper"
-    return "marlin"
-
-
 def vllm_mxfp4_moe_layer_bytes(s: ModelSpec, tp: int, backend: str, ep: int = 1) -> int:
     """Bytes one rank allocates for one MXFP4 MoE layer's experts (weights, e8m0 scales, biases).
 
@@ -629,7 +600,7 @@ def weights_per_rank(s: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, att
     ``engine`` ("vllm" | "sglang"): add what that engine allocates while loading beyond the
     checkpoint share (``extras``): the RoPE cache (both), SGLang's MLA ``w_kc``/``w_vc`` copies and
     its allocator rounding, vLLM's MXFP4 expert layout for ``mxfp4_backend`` (see
-    ``vllm_mxfp4_backend``; ``None`` keeps the checkpoint layout). ``device``: "cuda" | "rocm"."""
+    ``engines/vllm/backend.py::mxfp4_moe_backend``; ``None`` keeps the checkpoint layout). ``device``: "cuda" | "rocm"."""
     if engine is not None and engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     if device not in DEVICES:

@@ -2,7 +2,7 @@
 
 - ``_boot/`` is put on ``PYTHONPATH``: ``sitecustomize`` loads ``_kvscope_probe_agent`` (stdlib
   only) in every Python process of the probed command; the agent wraps the targets listed in
-  ``kvscope.engines.<engine>.hooks`` and writes one JSONL file per process.
+  ``kvscope.hooks.<engine>`` (via ``targets``) and writes one JSONL file per process.
 - ``runner`` runs the command; ``records`` reads the files and verifies attachment;
   ``timeline.timeline_from_probe_dir`` turns them into the shared ``Timeline``; ``live`` reads a
   running server's endpoints (``--url``).

@@ -161,25 +161,6 @@ def attachment_report(processes: Iterable[ProcessRecords],
     return AttachmentReport(engine, version, tuple(rows), not_found, never_fired)
 
 
-def render_attachment(report: AttachmentReport) -> str:
-    lines = [f"kvscope probe: {report.engine or 'no engine'} {report.engine_version or ''}".rstrip()]
-    if not report.processes:
-        lines.append("  no engine module was imported by any probed process (nothing attached)")
-    for p in report.processes:
-        fired = ", ".join(f"{k}×{v}" for k, v in sorted(p.fired.items())) or "none"
-        who = p.label if not p.label.startswith("pid ") else "process"
-        lines.append(f"  {who} (pid {p.pid}): attached {len(p.attached)}, fired: {fired}")
-        for tid, why in sorted(p.missing.items()):
-            lines.append(f"    MISSING {tid}: {why}")
-        for e in p.agent_errors:
-            lines.append(f"    agent error (engine unaffected): {e}")
-    for tid, why in sorted(report.not_found.items()):
-        lines.append(f"  NOT FOUND: target {tid}: {why} — renamed or moved in this version?")
-    if report.never_fired:
-        lines.append("  attached but never called: " + ", ".join(report.never_fired))
-    return "\n".join(lines)
-
-
 def targets_for_dir(path: str) -> tuple[Target, ...]:
     """The targets a run used (its ``targets.json``); the current tables when absent."""
     tpath = os.path.join(path, "targets.json")

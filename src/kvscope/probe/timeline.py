@@ -10,7 +10,7 @@ converted into ``*_bytes`` keys).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Dict, Mapping, Tuple
 
 from kvscope.probe.records import (
     ProcessRecords,
@@ -19,7 +19,15 @@ from kvscope.probe.records import (
     rank_label,
     targets_for_dir,
 )
-from kvscope.timeline import PHASE_LOAD_DRAFT, PHASE_LOAD_WEIGHTS, PHASE_ORDER, Phase, RankTimeline, Timeline
+from kvscope.record import Loose
+from kvscope.timeline import (
+    PHASE_LOAD_DRAFT,
+    PHASE_LOAD_WEIGHTS,
+    PHASE_ORDER,
+    Phase,
+    RankTimeline,
+    Timeline,
+)
 
 GIB = 1 << 30
 # Targets that measure rather than decide: not merged into the decision record.
@@ -34,30 +42,13 @@ def timeline_from_probe_dir(path: str) -> Timeline:
     engine_procs = [p for p in procs if p.events("call")]
     report = attachment_report(procs, targets_for_dir(path))
     engine = report.engine or (live[0].get("engine") if live else None) or "unknown"
-    ranks = []
-    shared: dict[str, Any] = {}
-    model = None
-    errors = []
-    for p in engine_procs:
-        decision, draft = _decision(p)
-        model = model or _first_input(p, ("model_path", "model"))
-        errors.extend(r.get("exc") for r in p.events("raise") if r.get("exc"))
-        if not p.rank:
-            for k, v in decision.items():  # e.g. the vLLM EngineCore's get_kv_cache_configs
-                shared.setdefault(k, v)
-            continue
-        if draft:
-            decision["draft"] = draft
-        decision["pid"] = p.pid
-        decision["rank_label"] = p.label
-        decision.update({k: v for k, v in p.rank.items() if k not in decision})
-        ranks.append(RankTimeline(rank=_rank_index(p.rank, len(ranks)), phases=_phases(p),
-                                  decision=decision))
-    ranks.sort(key=lambda r: r.rank)
-    for r in ranks:
-        for k, v in shared.items():
-            r.decision.setdefault(k, v)  # type: ignore[attr-defined]
-    first = dict(ranks[0].decision) if ranks else dict(shared)
+    rows, shared = _rank_rows(engine_procs)
+    model = next((m for m in (_first_input(p, ("model_path", "model")) for p in engine_procs)
+                  if m), None)
+    errors = [r.get("exc") for p in engine_procs for r in p.events("raise") if r.get("exc")]
+    # The probe records whatever the engine's functions received: an open key set.
+    ranks = tuple(RankTimeline(rank=i, phases=ph, decision=Loose(d)) for i, ph, d in rows)
+    first = dict(rows[0][2]) if rows else dict(shared)
     for r in live:
         for k, v in (r.get("outputs") or {}).items():
             first.setdefault(k, v)
@@ -95,10 +86,38 @@ def timeline_from_probe_dir(path: str) -> Timeline:
         kv_cell_bytes=first.get("cell_size_bytes"),
         kv_cache_bytes=None,
         weights_bytes=weights,
-        ranks=tuple(ranks),
-        extra=extra,
+        ranks=ranks,
+        extra=Loose(extra),
         warnings=tuple(warnings),
     )
+
+
+_Row = Tuple[int, Tuple[Phase, ...], Dict[str, Any]]
+
+
+def _rank_rows(engine_procs: list[ProcessRecords]) -> tuple[list[_Row], dict[str, Any]]:
+    """One (rank, phases, decision) row per ranked process, sorted by rank, plus what the
+    unranked processes decided (e.g. the vLLM EngineCore's ``get_kv_cache_configs``), which
+    every rank's decision also gets where it has no value of its own."""
+    rows: list[_Row] = []
+    shared: dict[str, Any] = {}
+    for p in engine_procs:
+        decision, draft = _decision(p)
+        if not p.rank:
+            for k, v in decision.items():
+                shared.setdefault(k, v)
+            continue
+        if draft:
+            decision["draft"] = draft
+        decision["pid"] = p.pid
+        decision["rank_label"] = p.label
+        decision.update({k: v for k, v in p.rank.items() if k not in decision})
+        rows.append((_rank_index(p.rank, len(rows)), _phases(p), decision))
+    for _, _, decision in rows:
+        for k, v in shared.items():
+            decision.setdefault(k, v)
+    rows.sort(key=lambda row: row[0])
+    return rows, shared
 
 
 def _rank_index(rank: Mapping[str, Any], fallback: int) -> int:

@@ -25,40 +25,11 @@ Mirrors ``ServerArgs.__post_init__`` (<= 0.5.2), ``ServerArgs._handle_gpu_memory
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from ...errors import FlagError
-
-LATEST = "0.5.23"
-# First release with the 0.5 GPU ladder and the reserve formula (server_args.py @ v0.5.3
-# _handle_gpu_memory_settings); 0.4.10.post2 still has the 0.4.8 bucket form.
-LADDER_05 = "0.5.3"
-KNOWN_VERSIONS = (
-    "0.4.6.post5", "0.4.8.post1", "0.4.10.post2", "0.5.3", "0.5.4", "0.5.5", "0.5.6", "0.5.7", "0.5.8",
-    "0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.18", "0.5.20", "0.5.21",
-    "0.5.22", "0.5.23",
-)
-
-
-@lru_cache(maxsize=64)
-def parse_version(text: str | None) -> Version:
-    if text is None or text in ("", "latest"):
-        return Version(LATEST)
-    try:
-        v = Version(text.lstrip("v"))
-    except InvalidVersion:
-        raise FlagError(f"not a version: {text!r}", field="--engine-version",
-                        fix=f"use e.g. {LATEST} (known: {', '.join(KNOWN_VERSIONS)})") from None
-    if v < Version("0.4.0"):
-        raise FlagError(f"SGLang {text} is older than any version kvscope models", field="--engine-version",
-                        fix=f"use a version from 0.4.6 to {LATEST}")
-    return v
-
-
-def at_least(v: Version, text: str) -> bool:
-    return v >= Version(text)
+from .release import (DefaultsLadder, PiecewiseReserve, PrefillGraph, PrefillGraphMaxTokens, PrefillGraphSizes,
+                      SGLangRelease, VlmFraction, release)
 
 
 @dataclass(frozen=True)
@@ -112,16 +83,16 @@ class ResolvedDefaults:
     vlm_factor: float | None  # multiplier applied for multimodal models (None: not applied)
 
 
-def gpu_bucket_defaults(v: Version, gpu_mem_mib: float | None, tp_size: int) -> tuple[int, int | None]:
+def gpu_bucket_defaults(rel: SGLangRelease, gpu_mem_mib: float | None, tp_size: int) -> tuple[int, int | None]:
     """(chunked_prefill_size, cuda_graph_max_bs) by GPU capacity (MiB) — the if/elif ladder of
     ``_handle_gpu_memory_settings`` (server_args.py @ v0.5.9) / ``memory_hook.py @ v0.5.23``.
     Before 0.4.10 (server_args.py @ v0.4.6.post5 l.271-305): chunk 2048 below 25,000 MiB else 8192;
     max_bs 8 (tp<4) / 80 below 25,000 MiB, else left None (the graph runner's own default)."""
     small = tp_size < 4
-    if not at_least(v, "0.4.8"):
+    if rel.defaults_ladder == DefaultsLadder.FIXED_TABLE:
         low = gpu_mem_mib is not None and gpu_mem_mib < 25_000
         return (2048 if low else 8192), ((8 if small else 80) if low else None)
-    if not at_least(v, LADDER_05):
+    if rel.defaults_ladder == DefaultsLadder.RESERVED_BUCKETS:
         # server_args.py @ v0.4.8 l.318-338 (same in 0.4.8.post1, 0.4.9, 0.4.10.post2 l.362-380):
         # chunk 2048 / 8192 / 16384 at 35 and 160 GiB (4096 unknown GPU); max_bs 8|80 below 35 GiB only.
         if gpu_mem_mib is None:
@@ -134,10 +105,9 @@ def gpu_bucket_defaults(v: Version, gpu_mem_mib: float | None, tp_size: int) -> 
     if gpu_mem_mib < 20 * 1024:
         return 2048, 8
     if gpu_mem_mib < 35 * 1024:
-        if at_least(v, "0.5.20"):  # memory_hook.py @ v0.5.23: 32 GB Blackwell holds bs 48
+        if rel.bucket_35gib_4096:  # 32 GB Blackwell holds bs 48
             return 4096, 48 if small else 160
-        # tp<4: 16 in server_args.py @ v0.5.3 / v0.5.4, 24 from v0.5.5
-        return 2048, (24 if at_least(v, "0.5.5") else 16) if small else 80
+        return 2048, (24 if rel.small_gpu_max_bs_24 else 16) if small else 80
     if gpu_mem_mib < 60 * 1024:
         return 4096, 32 if small else 160
     if gpu_mem_mib < 160 * 1024:
@@ -155,20 +125,7 @@ def capture_token_sizes(max_tokens: int, start_576: bool = True) -> list[int]:
     return [s for s in sizes if s <= max_tokens]
 
 
-def decode_capture_bs(max_bs: int, speculative: bool) -> list[int]:
-    """``generate_decode_cuda_graph_batch_sizes`` (arg_groups/cuda_graph_hook.py @ v0.5.23)."""
-    if not speculative:
-        bs = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
-    else:
-        bs = (list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
-              + list(range(272, max_bs + 1, 16)))
-    bs = [b for b in bs if b <= max_bs]
-    if max_bs not in bs:
-        bs.append(max_bs)
-    return bs
-
-
-def _prefill_graph_tokens(v: Version, a: SGLangArgs, chunk: int, is_mla: bool, is_multimodal: bool,
+def _prefill_graph_tokens(rel: SGLangRelease, a: SGLangArgs, chunk: int, is_mla: bool, is_multimodal: bool,
                           is_amd: bool) -> int:
     """Entries of the prefill (piecewise) graph capture list; 0 when that graph is off.
 
@@ -180,38 +137,37 @@ def _prefill_graph_tokens(v: Version, a: SGLangArgs, chunk: int, is_mla: bool, i
     * ``0.5.10-``  on by default; ``--max-total-tokens`` clamp; ``0.5.13-0.5.17`` context clamp.
     * ``0.5.23``  MLA ``min(8192, chunk)`` (memory_hook.py @ v0.5.23 l.238; 2048 in 0.5.22).
     """
-    if not at_least(v, "0.5.4"):
-        return 0  # server_args.py @ v0.4.6.post5, v0.5.3: no piecewise/prefill CUDA graph
-    if at_least(v, "0.5.14"):
-        # 0.5.14+: prefill CUDA graph; breakable by default on CUDA, disabled elsewhere and for PP
-        # (model_executor/cuda_graph_config.py::default_prefill_backend, cuda_graph_hook.py @ v0.5.23).
-        enabled = not a.disable_piecewise_cuda_graph and not is_amd and a.pp_size == 1
-    elif at_least(v, "0.5.10"):
-        # _handle_piecewise_cuda_graph (server_args.py @ v0.5.13): on unless auto-disabled.
-        enabled = not (a.disable_piecewise_cuda_graph or a.enable_dp_attention or a.pp_size > 1 or is_amd
-                       or a.moe_a2a_backend != "none" or is_multimodal)
-    else:
-        enabled = a.enable_piecewise_cuda_graph
-    if not enabled:
+    if not _prefill_graph_enabled(rel, a, is_multimodal, is_amd):
         return 0
-    if not at_least(v, "0.5.8"):
-        # server_args.py @ v0.5.6 / v0.5.7 _generate_piecewise_cuda_graph_tokens; max tokens 4096
-        # (field default) up to 0.5.6, chunked_prefill_size in 0.5.7 (l.96-100 of the handler)
-        max_tokens = chunk if at_least(v, "0.5.7") else 4096
+    era = rel.prefill_graph_max_tokens
+    if era == PrefillGraphMaxTokens.FIELD_4096:
+        max_tokens = 4096
+    elif era == PrefillGraphMaxTokens.CHUNK or not is_mla:
+        max_tokens = chunk
+    else:
+        max_tokens = min(8192, chunk) if era == PrefillGraphMaxTokens.MLA_8192 else 2048
+    if rel.prefill_graph_sizes == PrefillGraphSizes.STEP_128:
+        # _generate_piecewise_cuda_graph_tokens @ v0.5.6 / v0.5.7
         sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
                  + list(range(640, 4096 + 1, 128)) + list(range(4352, max_tokens + 1, 256)))
         return len([s for s in sizes if s <= max_tokens])
-    if is_mla:
-        max_tokens = min(8192, chunk) if at_least(v, "0.5.23") else 2048
-    else:
-        max_tokens = chunk
-    if a.max_total_tokens is not None and at_least(v, "0.5.10"):
+    if a.max_total_tokens is not None and rel.prefill_graph_total_tokens_clamp:
         max_tokens = min(max_tokens, a.max_total_tokens)
-    if a.context_length is not None and at_least(v, "0.5.13") and not at_least(v, "0.5.18"):
-        # the context_length clamp (#21112): server_args.py @ v0.5.13 l.136-141 (absent in 0.5.12),
-        # gone by 0.5.18 (conformance suite)
+    if a.context_length is not None and rel.prefill_graph_context_clamp:
         max_tokens = min(max_tokens, a.context_length)
-    return len(capture_token_sizes(max_tokens, start_576=at_least(v, "0.5.9")))
+    return len(capture_token_sizes(max_tokens, start_576=rel.prefill_graph_sizes == PrefillGraphSizes.START_576))
+
+
+def _prefill_graph_enabled(rel: SGLangRelease, a: SGLangArgs, is_multimodal: bool, is_amd: bool) -> bool:
+    """Whether the prefill (piecewise) CUDA graph is captured (see ``release.PrefillGraph``)."""
+    if rel.prefill_graph == PrefillGraph.NONE:
+        return False
+    if rel.prefill_graph == PrefillGraph.BREAKABLE:  # CUDA only, not with PP
+        return not a.disable_piecewise_cuda_graph and not is_amd and a.pp_size == 1
+    if rel.prefill_graph == PrefillGraph.AUTO:  # _handle_piecewise_cuda_graph: on unless auto-disabled
+        return not (a.disable_piecewise_cuda_graph or a.enable_dp_attention or a.pp_size > 1 or is_amd
+                    or a.moe_a2a_backend != "none" or is_multimodal)
+    return a.enable_piecewise_cuda_graph
 
 
 def vlm_factor(vit_num_layers: int, vit_hidden_size: int) -> float:
@@ -221,12 +177,12 @@ def vlm_factor(vit_num_layers: int, vit_hidden_size: int) -> float:
     return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
-def _legacy_fraction(v: Version, gpu_mem_mib: float | None, parallel_size: int, speculative: bool,
+def _legacy_fraction(rel: SGLangRelease, gpu_mem_mib: float | None, parallel_size: int, speculative: bool,
                      dp_attention: bool) -> float:
     """Before 0.4.8: fixed table (server_args.py @ v0.4.6.post5 l.246-268, unchanged in 0.4.7).
     0.4.8 up to the 0.5 formula: reserved MiB per GPU bucket, +2 GiB with any speculative algorithm,
     +4 GiB with DP attention, one rounding (server_args.py @ v0.4.8 l.285-315, 0.4.10.post2 l.310-351)."""
-    if not at_least(v, "0.4.8"):
+    if rel.defaults_ladder == DefaultsLadder.FIXED_TABLE:
         if gpu_mem_mib is None:
             return 0.88  # server_args.py @ v0.4.6.post5 l.247-261: unknown GPU -> 0.88 whatever tp*pp
         if gpu_mem_mib > 81920:
@@ -255,33 +211,46 @@ def _legacy_fraction(v: Version, gpu_mem_mib: float | None, parallel_size: int, 
     return round((gpu_mem_mib - reserved_mem) / gpu_mem_mib, 3)
 
 
-def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float | None, *, is_mla: bool = False,
-                     is_multimodal: bool = False, vit_num_layers: int = 24, vit_hidden_size: int = 1024,
-                     is_amd: bool = False) -> ResolvedDefaults:
+def resolve_defaults(rel: SGLangRelease, a: SGLangArgs, gpu_mem_mib: float | None, *,
+                     is_mla: bool = False, is_multimodal: bool = False, vit_num_layers: int = 24,
+                     vit_hidden_size: int = 1024, is_amd: bool = False) -> ResolvedDefaults:
     """chunked_prefill_size, decode cuda_graph_max_bs and mem_fraction_static as SGLang resolves them."""
-    v = version if isinstance(version, Version) else parse_version(version)
-    chunk_d, bs_d = gpu_bucket_defaults(v, gpu_mem_mib, a.tp_size)
+    chunk_d, bs_d = gpu_bucket_defaults(rel, gpu_mem_mib, a.tp_size)
     chunk = a.chunked_prefill_size if a.chunked_prefill_size is not None else chunk_d
     max_bs_default = a.cuda_graph_max_bs is None
     max_bs = a.cuda_graph_max_bs if a.cuda_graph_max_bs is not None else bs_d
-    if (at_least(v, "0.5.22") and max_bs_default and a.max_running_requests is not None
+    if (rel.max_bs_clamped_to_running and max_bs_default and a.max_running_requests is not None
             and max_bs > a.max_running_requests):
-        max_bs = a.max_running_requests  # memory_hook.py @ v0.5.22 l.183-188 (absent in 0.5.21): clamp a defaulted max_bs
-    prefill_tokens = _prefill_graph_tokens(v, a, chunk, is_mla, is_multimodal, is_amd)
+        max_bs = a.max_running_requests  # clamp a defaulted max_bs
+    prefill_tokens = _prefill_graph_tokens(rel, a, chunk, is_mla, is_multimodal, is_amd)
     if a.mem_fraction_static is not None:
         return ResolvedDefaults(chunk, max_bs, a.mem_fraction_static, "user", None, prefill_tokens, None)
     spec = (a.speculative_algorithm or "").upper() or None
-    if not at_least(v, LADDER_05):
-        mfs = _legacy_fraction(v, gpu_mem_mib, a.tp_size * a.pp_size, spec is not None, a.enable_dp_attention)
+    if rel.defaults_ladder != DefaultsLadder.RESERVE_FORMULA:
+        mfs = _legacy_fraction(rel, gpu_mem_mib, a.tp_size * a.pp_size, spec is not None, a.enable_dp_attention)
         factor = None
-        if is_multimodal and at_least(v, "0.4.10"):
-            # adjust_mem_fraction_for_vlm (server_args.py @ v0.4.10.post2 l.357-359, 2040)
+        if is_multimodal and rel.vlm_fraction == VlmFraction.ADJUST:
             factor = vlm_factor(vit_num_layers, vit_hidden_size)
             mfs = mfs * factor
-        elif is_multimodal and at_least(v, "0.4.9"):
-            factor = 0.90  # server_args.py @ v0.4.9 l.327-329: multimodal -> x0.90
+        elif is_multimodal and rel.vlm_fraction == VlmFraction.FLAT_090:
+            factor = 0.90
             mfs = mfs * factor
         return ResolvedDefaults(chunk, max_bs, mfs, "default", None, prefill_tokens, factor)
+    reserved = _reserve_mib(rel, a, chunk, max_bs, prefill_tokens, gpu_mem_mib, is_mla, spec)
+    fallback = 0.95 if rel.fallback_fraction_095 else 0.88
+    mfs = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3) if gpu_mem_mib is not None else fallback
+    factor = None
+    if is_multimodal and not a.language_only:
+        factor = vlm_factor(vit_num_layers, vit_hidden_size)
+        mfs = mfs * factor  # not re-rounded
+    return ResolvedDefaults(chunk, max_bs, mfs, "default", reserved, prefill_tokens, factor)
+
+
+def _reserve_mib(rel: SGLangRelease, a: SGLangArgs, chunk: int, max_bs: int, prefill_tokens: int,
+                 gpu_mem_mib: float | None, is_mla: bool, spec: str | None) -> float:
+    """The default formula's reserve (MiB), 0.5.3+: ``512 + activation*1.5 + tp*pp/8*1024 + max_bs*2``
+    [+ DP terms] [+ prefill graph] → 10 GiB floor above 60 GiB → DeepEP, speculative and the
+    0.5.6/0.5.7 piecewise terms after the floor."""
     activation_tokens = max(chunk, 2048) if chunk > 0 else max(a.max_prefill_tokens, 2048)
     reserved = 512 + activation_tokens * 1.5
     reserved += a.tp_size * a.pp_size / 8 * 1024
@@ -291,33 +260,25 @@ def resolve_defaults(version: str | Version, a: SGLangArgs, gpu_mem_mib: float |
         reserved += max_bs * a.dp_size * 3
         if max_bs > 300:
             reserved += max_bs * a.dp_size * 1.5
-    # 0.5.4-0.5.5: no piecewise term; 0.5.6: max_tokens // 4 and 0.5.7: max_tokens // 8, both after
-    # the floor and the speculative term (server_args.py @ v0.5.6, v0.5.7 l.141-143); 0.5.8+: len * 8.
-    piecewise_late = prefill_tokens and not at_least(v, "0.5.8")
-    if prefill_tokens and not piecewise_late:
-        if is_mla and at_least(v, "0.5.10"):
+    piecewise = rel.piecewise_reserve
+    if prefill_tokens and piecewise == PiecewiseReserve.PER_ENTRY_8:
+        if is_mla and rel.mla_prefill_graph_flat_reserve:
             reserved += 1.5 * 1024
         else:
             reserved += prefill_tokens * 8
-        if at_least(v, "0.5.17") and a.moe_a2a_backend == "deepep":  # server_args.py @ v0.5.17 (absent in 0.5.16)
-            reserved += 1024  # reserve_for_graph_mb: breakable prefill graph + DeepEP (memory_hook.py @ v0.5.23 l.384)
+        if rel.deepep_prefill_graph_reserve and a.moe_a2a_backend == "deepep":
+            reserved += 1024  # reserve_for_graph_mb: breakable prefill graph + DeepEP
     if gpu_mem_mib is not None and gpu_mem_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    if at_least(v, "0.5.15") and a.moe_a2a_backend == "deepep" and not a.disable_cuda_graph:  # server_args.py @ v0.5.15 (absent in 0.5.14)
+    if rel.deepep_reserve and a.moe_a2a_backend == "deepep" and not a.disable_cuda_graph:
         reserved += 2 * 1024
-    if spec and not at_least(v, "0.5.14"):
+    if spec and not rel.draft_in_budget:
         if spec == "STANDALONE":
             reserved += 6 * 1024
         elif spec != "NGRAM":
-            reserved += (4 if at_least(v, "0.5.10") else 2) * 1024
-    if piecewise_late and at_least(v, "0.5.7"):
-        reserved += chunk // 8  # v0.5.7: piecewise_cuda_graph_max_tokens (= chunk) // 8
-    elif piecewise_late and at_least(v, "0.5.6"):
-        reserved += 4096 // 4  # v0.5.6: piecewise_cuda_graph_max_tokens // 4, after the floor and the spec term
-    fallback = 0.95 if at_least(v, "0.5.20") else 0.88
-    mfs = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3) if gpu_mem_mib is not None else fallback
-    factor = None
-    if is_multimodal and not a.language_only:
-        factor = vlm_factor(vit_num_layers, vit_hidden_size)
-        mfs = mfs * factor  # not re-rounded
-    return ResolvedDefaults(chunk, max_bs, mfs, "default", reserved, prefill_tokens, factor)
+            reserved += (4 if rel.speculative_reserve_4gib else 2) * 1024
+    if prefill_tokens and piecewise == PiecewiseReserve.CHUNK_EIGHTH:
+        reserved += chunk // 8  # piecewise_cuda_graph_max_tokens (= chunk) // 8
+    elif prefill_tokens and piecewise == PiecewiseReserve.QUARTER_4096:
+        reserved += 4096 // 4  # piecewise_cuda_graph_max_tokens // 4
+    return reserved

@@ -41,11 +41,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.version import Version
-
 from ...hardware.gpus import GPU
 from ...model.spec import ModelSpec
-from .args import SGLangArgs, at_least
+from .args import SGLangArgs
+from .release import SGLangRelease, release
 
 AITER_CONTEXT_THRESHOLD = 8192
 AITER_FRACTION_FACTOR = 0.85
@@ -114,7 +113,7 @@ def mla_kv_heads_per_rank(spec: ModelSpec, tp: int) -> int:
     return max(1, spec.num_attention_heads // tp)
 
 
-def default_backend(v: Version, spec: ModelSpec, gpu: GPU, a: SGLangArgs) -> tuple[str, str, str]:
+def default_backend(rel: SGLangRelease, spec: ModelSpec, gpu: GPU, a: SGLangArgs) -> tuple[str, str, str]:
     """(backend, source, reason) when ``--attention-backend`` is not given."""
     plat = _platform(gpu)
     arch = _arch(spec)
@@ -123,17 +122,16 @@ def default_backend(v: Version, spec: ModelSpec, gpu: GPU, a: SGLangArgs) -> tup
     if arch == "GptOssForCausalLM":
         name = {"sm100": "trtllm_mha", "sm90": "fa3"}.get(plat, "triton")
         return name, "model override", f"gpt-oss on {gpu.sm}"
-    if "Llama4" in arch and at_least(v, "0.5.3"):
+    if "Llama4" in arch and rel.llama4_backend_override:
         name = {"sm100": "trtllm_mha", "sm90": "fa3", "hip": "aiter"}.get(plat)
         if name:
             return name, "model override", f"Llama 4 on {gpu.sm}"
-    if arch in HYBRID_GDN_ARCHS and plat == "sm100" and at_least(v, "0.5.13"):
+    if arch in HYBRID_GDN_ARCHS and plat == "sm100" and rel.hybrid_gdn_sm100_backend:
         if a.disable_radix_cache or a.speculative_algorithm is not None:
             return "trtllm_mha", "model override", f"{arch} on SM100 without mamba radix cache"
         return "triton", "model override", f"{arch} on SM100: mamba radix cache needs page_size 1"
     if spec.is_mla:
-        # server_args.py @ v0.5.4 l.872-886 (_handle_model_specific_adjustments); absent @ v0.5.3
-        if arch == "DeepseekV3ForCausalLM" and plat == "sm100" and at_least(v, "0.5.4"):
+        if arch == "DeepseekV3ForCausalLM" and plat == "sm100" and rel.deepseek_v3_sm100_trtllm_mla:
             return "trtllm_mla", "model override", "DeepseekV3ForCausalLM on SM100"
         if plat == "sm90":
             return "fa3", "default", "MLA on Hopper"
@@ -141,44 +139,43 @@ def default_backend(v: Version, spec: ModelSpec, gpu: GPU, a: SGLangArgs) -> tup
             return "flashinfer", "default", "MLA on SM100"
         if plat == "hip":
             heads = mla_kv_heads_per_rank(spec, a.tp_size)
-            spec_ok = a.speculative_algorithm is None or at_least(v, "0.5.0")
-            # model_runner.py @ v0.4.7 l.342-350; absent @ v0.4.6.post5
-            if heads in (16, 128) and spec_ok and at_least(v, "0.4.7"):
+            spec_ok = a.speculative_algorithm is None or rel.rocm_mla_aiter_with_speculative
+            if heads in (16, 128) and spec_ok and rel.rocm_mla_aiter:
                 return "aiter", "default", f"MLA on ROCm with {heads} KV heads per rank"
             return "triton", "default", f"MLA on ROCm with {heads} KV heads per rank (aiter needs 16 or 128)"
         return "triton", "default", f"MLA on {gpu.sm}"
     if plat == "sm90" and _speculative_topk_ok(a) and (
-            at_least(v, "0.5.9") or arch in FA3_DEFAULT_ARCHITECTURES):
+            rel.fa3_default_all_mha or arch in FA3_DEFAULT_ARCHITECTURES):
         return "fa3", "default", "MHA on Hopper"
-    if plat == "sm100" and _speculative_topk_ok(a) and at_least(v, "0.5.7"):
+    if plat == "sm100" and _speculative_topk_ok(a) and rel.sm100_trtllm_mha_default:
         return "trtllm_mha", "default", "MHA on SM100"
     if plat == "hip":
         return "aiter", "default", "MHA on ROCm"
     return "flashinfer", "default", f"MHA on {gpu.sm}"
 
 
-def resolve_attention_backend(v: Version, spec: ModelSpec, gpu: GPU, a: SGLangArgs,
+def resolve_attention_backend(rel: SGLangRelease, spec: ModelSpec, gpu: GPU, a: SGLangArgs,
                               context_len: int) -> AttentionBackend:
     """The backend, the page size after its constraints, and the aiter fraction factor."""
     if a.attention_backend:
         name, source, reason = a.attention_backend, "user", "--attention-backend"
     else:
-        name, source, reason = default_backend(v, spec, gpu, a)
+        name, source, reason = default_backend(rel, spec, gpu, a)
     page = a.page_size
     page_source = "user" if page is not None else "default"
     if page is None:
         page = 1
-    if spec.has_dsa_indexer and at_least(v, "0.5.3"):
+    if spec.has_dsa_indexer and rel.dsa_forced_page:
         forced = 1 if gpu.vendor == "amd" else 64
         if forced != page:
             page, page_source = forced, f"DSA model on {'ROCm' if forced == 1 else 'CUDA'}"
-    if name in PAGE_CONSTRAINTS and (name != "trtllm_mla" or at_least(v, "0.4.10")):
+    if name in PAGE_CONSTRAINTS and (name != "trtllm_mla" or rel.trtllm_mla_page_constraint):
         allowed, forced = PAGE_CONSTRAINTS[name]
-        if name == "trtllm_mha" and at_least(v, "0.5.23"):
+        if name == "trtllm_mha" and rel.trtllm_mha_page_128:
             allowed = allowed + (128,)
         if page not in allowed:
             page, page_source = forced, f"{name} supports page_size {'/'.join(map(str, allowed))}"
     factor = None
-    if name == "aiter" and context_len > AITER_CONTEXT_THRESHOLD and at_least(v, "0.4.7"):  # model_runner.py @ v0.4.7 l.423-425
+    if name == "aiter" and context_len > AITER_CONTEXT_THRESHOLD and rel.aiter_fraction_factor:
         factor = AITER_FRACTION_FACTOR
     return AttentionBackend(name, source, page, page_source, factor, reason)

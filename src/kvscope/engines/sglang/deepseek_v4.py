@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass, field
 
 from ...model.spec import ModelSpec
+from .kv_cache import CellSize
 
 PAGE_SIZE_CUDA = 256
 DEFAULT_MAX_RUNNING_REQUESTS = 256  # apply_deepseek_v4_defaults
@@ -213,11 +214,9 @@ def inputs_from_args(a, chunked_prefill_size: int, page_size: int | None = None)
     )
 
 
-def cell_size(spec: ModelSpec, page_size: int = PAGE_SIZE_CUDA, speculative: bool = False):
-    """A ``memory.CellSize`` view: the ratio-mode coefficient rounded up (what a cell-size
+def cell_size(spec: ModelSpec, page_size: int = PAGE_SIZE_CUDA, speculative: bool = False) -> CellSize:
+    """A ``kv_cache.CellSize`` view: the ratio-mode coefficient rounded up (what a cell-size
     profile would divide by). The real pool is :func:`pool_sizes`."""
-    from .memory import CellSize
-
     n, n4, n128 = _layers(spec)
     bpst = bytes_per_swa_token(spec, page_size, speculative)
     bpft = DEFAULT_SWA_FULL_TOKENS_RATIO * bpst + compressed_bytes_per_full_token(spec, page_size)

@@ -1,5 +1,10 @@
 """SGLang startup simulation: per-rank timeline, the sizing decision, the verdict and the fix.
 
+``plan_sglang`` is the stage list: settle → weights → cell → profile → pools → graphs → verdict →
+ranks. Each stage returns a frozen record and runs the engine functions the conformance suite
+compares with SGLang (``memory.profile``, ``pools.request_pools``, ``pools.hybrid_swa_pools``,
+``kv_cache.cell_size``, ``mamba.handle_max_mamba_cache``); nothing is re-derived inline.
+
 Sequence (SGLang v0.5.23, ``Scheduler.init_model_worker``; classic <=0.5.13 in brackets):
 parallel init → baseline ``pre_model_load_memory`` (MIN over ranks) → target weights → draft
 weights (>=0.5.14) → profile → KV pools (+ draft pool) → req_to_token pool → CUDA graphs
@@ -20,9 +25,17 @@ from ...model.weights import pp_layer_range, weights_per_rank
 from ...timeline import (PHASE_CUDA_GRAPH, PHASE_INIT, PHASE_KV_ALLOC, PHASE_LOAD_DRAFT, PHASE_LOAD_WEIGHTS,
                          PHASE_PROFILE, PHASE_REQ_POOL, Fix, Phase, RankTimeline, Timeline)
 from ...units import GiB, MiB
-from . import memory as mem
-from .args import SGLangArgs, at_least, parse_version, resolve_defaults
-from .backend import resolve_attention_backend
+from . import deepseek_v4 as dsv4
+from .args import SGLangArgs
+from .decision import SGLangDecision, SGLangPlanExtra
+from .kv_cache import CellSize, cell_size
+from .mamba import MambaCarve, mamba_pp_stage_bytes, mamba_request_ratio, mamba_state_bytes_per_req
+from .memory import (Profile, available_gib, min_viable_fraction, mm_reservation_gib, profile,
+                     tokens_per_fraction_step)
+from .pools import (PoolFlags, SwaLayout, hybrid_swa_pools, kv_buffer_bytes, kv_buffers_reserved_bytes, request_pools,
+                    swa_split)
+from .release import MambaCarveEra, SGLangRelease, SwaSplit, release
+from .settle import Settled, derived_context_len, settle
 
 EAGLE_LIKE = ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE")
 # ``is_hybrid_swa_model`` (configs/model_config.py @ v0.5.9 l.1320, @ v0.5.23 l.2651): only these
@@ -106,38 +119,135 @@ def _draft_weights_bytes(spec: ModelSpec, a: SGLangArgs, draft: ModelSpec | None
     return with_mtp - without
 
 
-def derived_context_len(spec: ModelSpec) -> int:
-    """``ModelConfig.context_len`` when ``--context-length`` is not given (model_config.py @ v0.5.9
-    ``_derive_context_length``): SGLang's ``get_context_length``, see ``ModelSpec.sglang_context_len``."""
-    return spec.sglang_context_len or spec.max_position_embeddings
+# --------------------------------------------------------------------------------------------
+# Stage records
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Free memory per rank before and after the weights (baseline, target weights, >=0.5.14 draft)."""
+
+    total_bytes: int  # the device's memory as CUDA reports it (free before init)
+    ctx_bytes: int  # CUDA context (estimated)
+    comm_bytes: int  # communicators (estimated)
+    custom_all_reduce: bool
+    pre: tuple[int, ...]  # free before the weights, per rank
+    post: tuple[int, ...]  # free after the weights (and a budgeted draft), per rank
+    post_measured: bool
+    stage_weights: tuple[int, ...]  # target weights per PP stage
+    weights_exact: bool  # from safetensors headers
+    draft_weights: int  # draft weights per rank (0: none)
+    estimated: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Cells:
+    """The KV cell of each PP stage, and what the profile needs besides it."""
+
+    stages: tuple[CellSize, ...]
+    draft_layers: int  # EAGLE/MTP draft KV layers (0: none)
+    swa_pool: bool  # the split hybrid sliding-window pool (is_hybrid_swa_model)
+    mamba_per_req: int  # state bytes per request the carve charges (0: no state)
+    warnings: tuple[str, ...]
+    estimated: tuple[str, ...]
+
+    @property
+    def last(self) -> CellSize:
+        return self.stages[-1]
+
+    @property
+    def worst(self) -> CellSize:
+        return max(self.stages, key=lambda c: c.cell_bytes)
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """``memory.profile`` on every PP stage; the first stage's profile and carve are the decision's."""
+
+    pre_gib: float
+    avail_gib: float
+    mm_gib: float
+    first: Profile
+    carve: MambaCarve | None
+    stage_tokens: tuple[int, ...]  # profiled tokens per stage (hybrid SWA >=0.5.14: the full pool)
+
+
+@dataclass(frozen=True)
+class Pools:
+    """The token and request pools (``pools.request_pools``) and the buffers as allocated."""
+
+    error: str | None
+    tokens: int  # max_total_num_tokens (0 when the start fails)
+    swa_tokens: int | None
+    profiled: int  # min over stages, before page rounding and caps
+    req_pool_size: int
+    running: int
+    req_to_token_bytes: int
+    kv_alloc: int  # the target's KV buffers (+1 page)
+    kv_reserved: int  # the same after torch's allocator rounding
+    draft_kv: int
+    mamba_bytes: int
+    warnings: tuple[str, ...]
+    state_cache_too_small: bool = False  # the hybrid state pool admits no request (>=0.5.13 RuntimeError)
+
+    @property
+    def starts(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Graphs:
+    """What the slack must hold after the pools (estimated with SGLang's own reserve heuristic)."""
+
+    graph_bytes: int
+    activation_bytes: int
+    classic_draft_bytes: int  # <0.5.14: draft weights + KV paid from the slack
+    headroom_bytes: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    min_fraction: float  # the effective fraction that leaves one page of KV
+    tokens_per_step: int  # tokens per +0.01 of the fraction
+    fixes: tuple[Fix, ...]
+    warnings: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
 
 
 def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = None,
                 measured: Measured | None = None, draft: ModelSpec | None = None,
                 exact_weights_per_rank: int | None = None) -> Timeline:
     """Simulate one SGLang start. ``exact_weights_per_rank``: from safetensors headers (pp=1)."""
-    v = parse_version(version)
+    rel = release(version)
     validate(spec, a)
     measured = measured or Measured()
-    world = a.tp_size * a.pp_size
-    attn_tp = a.attn_tp_size
-    context_len = a.context_length or derived_context_len(spec)
-    d = resolve_defaults(v, a, gpu.memory_mib, is_mla=spec.is_mla, is_multimodal=spec.is_multimodal,
-                         vit_num_layers=spec.vision.sglang_num_layers if spec.vision else 24,
-                         vit_hidden_size=spec.vision.sglang_hidden_size if spec.vision else 1024,
-                         is_amd=gpu.vendor == "amd")
-    backend = resolve_attention_backend(v, spec, gpu, a, context_len)
-    page = backend.page_size
-    if spec.dsv4 is not None:  # DeepSeek-V4 overrides: dsv4 backend, page 256, max_running_requests 256
-        from .deepseek_v4 import apply_overrides as dsv4_overrides
-        a, page = dsv4_overrides(a)
-    factor = backend.fraction_factor or 1.0
-    mfs = d.mem_fraction_static * factor
-    kv_name, kv_bytes = mem.kv_cache_dtype(spec, a.kv_cache_dtype)
-    warnings: list[str] = list(spec.assumed)
-    estimated: list[str] = []
+    s = settle(spec, gpu, a, rel)
+    loaded = weights(spec, gpu, s, rel, measured, draft, exact_weights_per_rank)
+    cells = cell(spec, gpu, s, rel, draft)
+    prof = profile_stages(spec, s, rel, loaded, cells)
+    pools = pool_stage(spec, s, rel, cells, prof)
+    graphs = graph_stage(spec, s, rel, prof, pools, loaded)
+    verdict = verdict_stage(spec, gpu, s, rel, prof, cells, pools, graphs, loaded)
+    ranks = rank_stage(s, rel, loaded, cells, prof, pools, graphs)
+    return Timeline(
+        source="plan", engine="sglang", engine_version=str(rel.version), model=spec.name, gpu=gpu.key,
+        starts=pools.starts, error=pools.error, kv_cache_tokens=pools.tokens if pools.starts else 0,
+        max_running_requests=pools.running if pools.starts else None, kv_cell_bytes=cells.worst.cell_bytes,
+        kv_cache_bytes=pools.kv_alloc + pools.draft_kv, weights_bytes=max(loaded.stage_weights), ranks=ranks,
+        fix=verdict.fixes, extra=plan_extra(s, loaded, prof, pools, verdict, measured),
+        warnings=(*spec.assumed, *cells.warnings, *pools.warnings, *verdict.warnings),
+        estimated=(*loaded.estimated, *cells.estimated))
 
-    # --- phase 1: parallel init -> baseline -------------------------------------------------
+
+def weights(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, measured: Measured,
+            draft: ModelSpec | None, exact_weights_per_rank: int | None) -> Loaded:
+    """Parallel init → baseline ``pre_model_load_memory`` → target weights → draft weights (>=0.5.14)."""
+    a = s.args
+    world = a.tp_size * a.pp_size
+    estimated: list[str] = []
     car = custom_all_reduce_enabled(gpu, a.tp_size)
     ctx = cuda_context(gpu)
     comm = communicators(gpu, a.tp_size, car)
@@ -145,277 +255,291 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     if pre is None:
         pre = (gpu.cuda_total_bytes - ctx.estimate_bytes - comm.estimate_bytes,) * world
         estimated.append("pre_model_load_memory")
-
-    # --- phase 2: weights (target, then draft for >=0.5.14) ---------------------------------
-    w = weights_per_rank(spec, tp=a.tp_size, pp=a.pp_size, attn_tp=attn_tp, engine="sglang",
+    w = weights_per_rank(spec, tp=a.tp_size, pp=a.pp_size, attn_tp=a.attn_tp_size, engine="sglang",
                          device="rocm" if gpu.vendor == "amd" else "cuda")
-    stage_weights = w.per_stage_bytes
-    weights_exact = exact_weights_per_rank is not None and a.pp_size == 1
-    if weights_exact:
-        stage_weights = (exact_weights_per_rank,)
+    exact = exact_weights_per_rank is not None and a.pp_size == 1
+    stage_weights = (exact_weights_per_rank,) if exact else w.per_stage_bytes
     draft_w = _draft_weights_bytes(spec, a, draft)
-    draft_first = at_least(v, "0.5.14")
+    budgeted = draft_w if rel.draft_in_budget else 0
     post = _per_rank(measured.post_load_free_bytes, world, "--post-load-free-gib")
     post_measured = post is not None
     if post is None:
-        post = tuple(pre[r] - stage_weights[r // a.tp_size] - (draft_w if draft_first else 0) for r in range(world))
+        post = tuple(pre[r] - stage_weights[r // a.tp_size] - budgeted for r in range(world))
         estimated.append("weights")
+    return Loaded(gpu.cuda_total_bytes, ctx.estimate_bytes, comm.estimate_bytes, car, pre, post, post_measured,
+                  tuple(stage_weights),
+                  exact, draft_w, tuple(estimated))
 
-    # --- phase 3: profile (MIN over the world; float32 all-reduce) ---------------------------
-    distributed = world > 1
-    pre_gib = mem.available_gib(pre, distributed)
-    avail_gib = mem.available_gib(post, distributed)
-    mm_gib = mem.mm_reservation_gib(v, spec.is_multimodal and not a.language_only)
+
+def cell(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, draft: ModelSpec | None) -> Cells:
+    """``kv_cache.cell_size`` per PP stage (the draft's layers on the last), or DeepSeek-V4's view."""
+    a = s.args
     draft_layers = _draft_layers(spec, a, draft)
+    warnings, estimated = [], []
     if draft_layers and draft is None and not spec.num_nextn_predict_layers:
         estimated.append("draft_kv")
         warnings.append(f"{a.speculative_algorithm}: no draft config (--speculative-draft-model-path) and no MTP "
                         "layer in the target: the draft KV is estimated as one layer of the target's width")
-    mamba_per_req = mem.mamba_pp_stage_bytes(  # the largest PP stage's share (>=0.5.18)
-        v, mem.mamba_state_bytes_per_req(spec, attn_tp),
+    stages = []
+    for stage in range(a.pp_size):
+        d = draft_layers if stage == a.pp_size - 1 else 0
+        if spec.dsv4 is not None:  # DSV4PoolConfigurator's coefficient as a cell (deepseek_v4.py)
+            stages.append(dsv4.cell_size(spec, speculative=bool(d)))
+            continue
+        lo, hi = pp_layer_range(spec.num_hidden_layers, stage, a.pp_size)
+        stages.append(cell_size(spec, rel, attn_tp=a.attn_tp_size, kv_bytes=s.kv_bytes,
+                                kv_flag=a.kv_cache_dtype.lower(), layer_ids=range(lo, hi), draft_layers=d,
+                                draft_in_budget=rel.draft_in_budget,
+                                attention_backends=(s.backend.name, s.backend.name),
+                                sm100=gpu.sm in ("sm100", "sm103")))
+    mamba_per_req = mamba_pp_stage_bytes(  # the largest PP stage's share (rel.mamba_pp_stage_share)
+        rel, mamba_state_bytes_per_req(spec, a.attn_tp_size),
         [i for i, t in enumerate(spec.layer_types) if t in ("linear_attention", "mamba")],
         spec.num_hidden_layers, a.pp_size) if spec.is_mambaish else 0
     swa_pool = spec.is_hybrid_swa and bool(HYBRID_SWA_ARCHS.intersection(spec.architectures))
-    stage_tokens = []
-    cells = []
-    prof = carve = None
-    for stage in range(a.pp_size):
-        lo, hi = pp_layer_range(spec.num_hidden_layers, stage, a.pp_size)
-        cell = mem.cell_size(spec, v, attn_tp=attn_tp, kv_bytes=kv_bytes, kv_flag=a.kv_cache_dtype.lower(),
-                             layer_ids=range(lo, hi), draft_layers=draft_layers if stage == a.pp_size - 1 else 0,
-                             draft_in_budget=draft_first, attention_backends=(backend.name, backend.name),
-                             sm100=gpu.sm in ("sm100", "sm103"))
-        cells.append(cell)
-        p, c = mem.profile(v, pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, mem_fraction_static=mfs,
-                           cell_bytes=cell.cell_bytes if not swa_pool else
-                           cell.full_layer_bytes * cell.num_full_layers + cell.swa_layer_bytes * cell.num_swa_layers,
-                           mm_reservation=mm_gib, mamba_per_req_bytes=mamba_per_req,
-                           disable_radix_cache=a.disable_radix_cache, max_running_requests=a.max_running_requests,
-                           attn_dp_size=a.attn_dp_size, mamba_is_gdn=bool(spec.mamba and spec.mamba.kind == "gdn"),
+    return Cells(tuple(stages), draft_layers, swa_pool, mamba_per_req, tuple(warnings), tuple(estimated))
+
+
+def profile_stages(spec: ModelSpec, s: Settled, rel: SGLangRelease, loaded: Loaded, cells: Cells) -> Profiled:
+    """``memory.profile`` per PP stage (MIN over the world, float32 all-reduce):
+    rest = available − pre × (1 − mfs) [− mm] [− mamba state]; tokens = int(rest × 2^30) // cell."""
+    a = s.args
+    distributed = len(loaded.pre) > 1
+    pre_gib = available_gib(loaded.pre, distributed)
+    avail_gib = available_gib(loaded.post, distributed)
+    mm_gib = mm_reservation_gib(rel, spec.is_multimodal and not a.language_only)
+    results = []
+    for c in cells.stages:
+        profile_cell = (c.full_layer_bytes * c.num_full_layers + c.swa_layer_bytes * c.num_swa_layers
+                        if cells.swa_pool else c.cell_bytes)
+        p, carve = profile(rel, pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib,
+                           mem_fraction_static=s.mem_fraction_static, cell_bytes=profile_cell, mm_reservation=mm_gib,
+                           mamba_per_req_bytes=cells.mamba_per_req, disable_radix_cache=a.disable_radix_cache,
+                           max_running_requests=a.max_running_requests, attn_dp_size=a.attn_dp_size,
+                           mamba_is_gdn=bool(spec.mamba and spec.mamba.kind == "gdn"),
                            speculative_num_draft_tokens=a.speculative_num_draft_tokens if a.speculative_algorithm
                            else None)
-        prof = prof or p
-        carve = carve or c
-        if p.error is None and swa_pool and at_least(v, "0.5.14"):
-            full, _swa = mem.swa_split(v, p.rest_memory_bytes, cell, page, 0.8)
-            stage_tokens.append(full)
-        else:
-            stage_tokens.append(p.profiled_tokens)
-    assert prof is not None
-    cell = cells[-1] if a.pp_size > 1 else cells[0]
-    cell_worst = max(cells, key=lambda c: c.cell_bytes)
+        tokens = p.profiled_tokens
+        if p.error is None and cells.swa_pool and rel.swa_split_in_profile:
+            tokens, _swa = swa_split(rel, p.rest_memory_bytes, c, s.page_size, 0.8)
+        results.append((p, carve, tokens))
+    first, carve, _ = results[0]
+    return Profiled(pre_gib, avail_gib, mm_gib, first, carve, tuple(t for _, _, t in results))
 
-    error = prof.error
-    profiled = min(stage_tokens)
-    spec_headroom = 0  # <0.5.9: the target pads the shared pool for EAGLE drafts (memory.classic_spec_headroom_tokens)
-    if error is None and a.speculative_algorithm and not at_least(v, "0.5.9"):
-        est = a.max_running_requests if a.max_running_requests is not None else min(
-            max(int(profiled / context_len * 512), 2048), 4096)
-        spec_headroom = mem.classic_spec_headroom_tokens(
-            v, a.speculative_algorithm, est, num_steps=a.speculative_num_steps or 0,
-            topk=a.speculative_eagle_topk or 0, num_draft_tokens=a.speculative_num_draft_tokens or 0)
-    tokens, capped = mem.apply_token_constraints(min(mem.round_to_page(t + spec_headroom, page) for t in stage_tokens)
-                                                 if error is None else 0, page, a.max_total_tokens)
-    if capped:
-        warnings.append(f"max_total_tokens={a.max_total_tokens} is larger than the profiled value "
-                        f"{profiled}. Use the profiled value instead." if a.max_total_tokens > profiled else
-                        f"--max-total-tokens {a.max_total_tokens} caps the pool below the profiled {profiled}")
-    swa_tokens = None
-    if error is None and swa_pool:  # per-release split incl. cap and validate (memory.hybrid_swa_pools)
+
+def pool_stage(spec: ModelSpec, s: Settled, rel: SGLangRelease, cells: Cells, prof: Profiled) -> Pools:
+    """``pools.request_pools`` on the smallest stage's tokens (hybrid SWA / DeepSeek-V4: on the pools
+    their configurators size), then the KV buffers as allocated."""
+    a = s.args
+    profiled = min(prof.stage_tokens)
+    if prof.first.error is not None:
+        return Pools(prof.first.error, 0, None, profiled, 0, 0, 0, 0, 0, 0, 0, ())
+    sized, swa_tokens, error, warnings = _configured_tokens(spec, s, rel, cells, prof)
+    rp = request_pools(rel, profiled, s.context_len, pool_flags(s),
+                       max_mamba_cache_size=prof.carve.max_mamba_cache_size if prof.carve is not None else None,
+                       sized_tokens=sized)
+    if rp.capped_by_user:
+        warnings = (f"max_total_tokens={a.max_total_tokens} is larger than the profiled value {profiled}. Use the "
+                    "profiled value instead." if a.max_total_tokens > profiled else
+                    f"--max-total-tokens {a.max_total_tokens} caps the pool below the profiled {profiled}",
+                    *warnings)
+    if error is None and rp.error is not None:
+        return Pools(rp.error, 0, swa_tokens, profiled, 0, 0, 0, 0, 0, 0, 0, warnings, rp.state_cache_too_small)
+    if error is not None:
+        return Pools(error, 0, swa_tokens, profiled, 0, 0, 0, 0, 0, 0, 0, warnings)
+    tokens = rp.max_total_num_tokens
+    kv_alloc, kv_reserved, draft_kv, mamba_bytes = _buffers(spec, s, rel, cells, prof, tokens, swa_tokens)
+    return Pools(None, tokens, swa_tokens, profiled, rp.req_pool_size, rp.max_running_requests,
+                 rp.req_to_token_bytes, kv_alloc, kv_reserved, draft_kv, mamba_bytes, warnings)
+
+
+def pool_flags(s: Settled) -> PoolFlags:
+    """The settled flags the pool sizing reads."""
+    a = s.args
+    return PoolFlags(page_size=s.page_size, max_total_tokens=a.max_total_tokens,
+                     max_running_requests=a.max_running_requests, attn_dp_size=a.attn_dp_size,
+                     speculative_algorithm=a.speculative_algorithm, num_steps=a.speculative_num_steps,
+                     topk=a.speculative_eagle_topk, num_draft_tokens=a.speculative_num_draft_tokens,
+                     mem_fraction_static=s.mem_fraction_static, disable_radix_cache=a.disable_radix_cache,
+                     chunked_prefill_size=s.defaults.chunked_prefill_size)
+
+
+def _configured_tokens(spec: ModelSpec, s: Settled, rel: SGLangRelease, cells: Cells, prof: Profiled
+                       ) -> tuple[int | None, int | None, str | None, tuple[str, ...]]:
+    """(tokens, SWA tokens, error, notes) from the configurators that own the token pool:
+    ``pools.hybrid_swa_pools`` (split SWA pool), ``deepseek_v4.plan_tokens`` (DSV4PoolConfigurator)."""
+    a, c, rest = s.args, cells.last, prof.first.rest_memory_bytes
+    sized = swa = error = None
+    if cells.swa_pool:
         llama4 = ("Llama4ForConditionalGeneration" in spec.architectures and spec.sliding_window
-                  and not at_least(v, "0.5.9"))
-        sw = mem.hybrid_swa_pools(
-            v, available_bytes=prof.rest_memory_bytes, full_layer_bytes=cell.full_layer_bytes,
-            num_full_layers=cell.num_full_layers, swa_layer_bytes=cell.swa_layer_bytes or cell.full_layer_bytes,
-            num_swa_layers=cell.num_swa_layers, page_size=page, ratio=0.8, max_total_tokens=a.max_total_tokens,
-            sliding_window=spec.sliding_window, draft_full_layers=draft_layers, mem_fraction_static=mfs,
-            llama4_chunk_ratio=spec.sliding_window / context_len if llama4 else None,
-            disable_radix_cache=a.disable_radix_cache, max_running_requests=a.max_running_requests,
-            chunked_prefill_size=d.chunked_prefill_size, attn_dp_size=a.attn_dp_size,
-            speculative_algorithm=a.speculative_algorithm, num_steps=a.speculative_num_steps,
-            topk=a.speculative_eagle_topk, num_draft_tokens=a.speculative_num_draft_tokens)
-        tokens, swa_tokens, error = sw.max_total_num_tokens, sw.swa_tokens, sw.error
-    if error is None and spec.dsv4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator (sglang/deepseek_v4.py)
-        from .deepseek_v4 import plan_tokens as dsv4_plan_tokens
-        tokens, swa_tokens, v4_notes, v4_pools = dsv4_plan_tokens(spec, prof.rest_memory_bytes, a, d.chunked_prefill_size)
-        warnings += v4_notes
-        error = v4_pools.error
-    if error is None and tokens <= 0:
-        error = mem.runtime_error_text(v, mfs)
-    starts = error is None
+                  and rel.swa_split == SwaSplit.LAYER_COUNT)
+        layout = SwaLayout(c.full_layer_bytes, c.num_full_layers, c.swa_layer_bytes or c.full_layer_bytes,
+                           c.num_swa_layers, draft_full_layers=cells.draft_layers)
+        sw = hybrid_swa_pools(rel, rest, layout, pool_flags(s), ratio=0.8, sliding_window=spec.sliding_window,
+                              llama4_chunk_ratio=spec.sliding_window / s.context_len if llama4 else None)
+        sized, swa, error = sw.max_total_num_tokens, sw.swa_tokens, sw.error
+    if error is None and spec.dsv4 is not None:
+        sized, swa, notes, v4 = dsv4.plan_tokens(spec, rest, a, s.defaults.chunked_prefill_size)
+        return sized, swa, v4.error, tuple(notes)
+    return sized, swa, error, ()
 
-    # --- phase 4: pools ----------------------------------------------------------------------
-    mamba_cap = None
-    if carve is not None:
-        ratio = 1 if a.disable_radix_cache else 3
-        mamba_cap = carve.max_mamba_cache_size // ratio
-    pool, running = (0, 0)
-    if starts:
-        pool, running = mem.max_num_reqs(v, token_capacity=tokens, profiled_tokens=profiled, context_len=context_len,
-                                         max_running_requests=a.max_running_requests, attn_dp_size=a.attn_dp_size,
-                                         mamba_cap=mamba_cap)
-    draft_tokens = a.speculative_num_draft_tokens or 0
-    req_extra = mem.req_to_token_extra_context_len(v, speculative_algorithm=a.speculative_algorithm,
-                                                   num_draft_tokens=a.speculative_num_draft_tokens,
-                                                   num_steps=a.speculative_num_steps, topk=a.speculative_eagle_topk,
-                                                   page_size=page)
-    req_bytes = mem.req_to_token_bytes(v, pool, context_len, extra_context_len=req_extra) if starts else 0
-    target_cell = cell_worst.pool_bytes_per_token or cell_worst.cell_bytes - cell_worst.draft_bytes
-    if starts and swa_tokens is not None:
-        kv_alloc = (mem.kv_buffer_bytes(tokens, page, cell_worst.full_layer_bytes * cell_worst.num_full_layers)
-                    + mem.kv_buffer_bytes(swa_tokens, page, cell_worst.swa_layer_bytes * cell_worst.num_swa_layers))
+
+def _buffers(spec: ModelSpec, s: Settled, rel: SGLangRelease, cells: Cells, prof: Profiled, tokens: int,
+             swa_tokens: int | None) -> tuple[int, int, int, int]:
+    """(KV buffers, the same after torch's allocator rounding, draft KV, mamba state) in bytes."""
+    page, w, carve = s.page_size, cells.worst, prof.carve
+    target_cell = w.pool_bytes_per_token or w.cell_bytes - w.draft_bytes
+    if swa_tokens is not None:
+        kv_alloc = (kv_buffer_bytes(tokens, page, w.full_layer_bytes * w.num_full_layers)
+                    + kv_buffer_bytes(swa_tokens, page, w.swa_layer_bytes * w.num_swa_layers))
     else:
-        kv_alloc = mem.kv_buffer_bytes(tokens, page, target_cell) if starts else 0
-    # what the pool takes from free memory: per-layer buffers rounded by torch's caching allocator
-    # (uniform, non-hybrid, non-DSA pools only; else the printed size)
+        kv_alloc = kv_buffer_bytes(tokens, page, target_cell)
+    # per-layer buffers rounded by torch's caching allocator (uniform, non-hybrid, non-DSA pools only)
     kv_reserved = kv_alloc
-    if starts and swa_tokens is None and carve is None and not spec.has_dsa_indexer and spec.dsv4 is None \
-            and target_cell == cell_worst.full_layer_bytes * cell_worst.num_full_layers:
-        n_buf = cell_worst.num_full_layers * (1 if spec.is_mla else 2)
-        kv_reserved = mem.kv_buffers_reserved_bytes(tokens, page, target_cell, n_buf)
-    per_layer = cell_worst.full_layer_bytes
-    draft_kv = mem.kv_buffer_bytes(tokens, page, per_layer * draft_layers) if starts and draft_layers else 0
-    mamba_bytes = ((carve.max_mamba_cache_size + (1 if at_least(v, "0.5.18") else 0)) * carve.per_req_bytes
-                   if carve is not None and starts else 0)
+    if swa_tokens is None and carve is None and not spec.has_dsa_indexer and spec.dsv4 is None \
+            and target_cell == w.full_layer_bytes * w.num_full_layers:
+        n_buf = w.num_full_layers * (1 if spec.is_mla else 2)
+        kv_reserved = kv_buffers_reserved_bytes(tokens, page, target_cell, n_buf)
+    draft_kv = kv_buffer_bytes(tokens, page, w.full_layer_bytes * cells.draft_layers) if cells.draft_layers else 0
+    pad = 1 if rel.mamba_carve == MambaCarveEra.PADDED else 0  # the state pool's padding slot
+    mamba_bytes = (carve.max_mamba_cache_size + pad) * carve.per_req_bytes if carve is not None else 0
+    return kv_alloc, kv_reserved, draft_kv, mamba_bytes
 
-    # --- verdict helpers ---------------------------------------------------------------------
-    reserve = mm_gib + (prof.mamba_state_gib if carve is not None else 0.0)
-    need = cell_worst.cell_bytes * page
-    min_mfs = mem.min_viable_fraction(pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, reserve_gib=reserve,
-                                      need_bytes=need)
-    per_step = mem.tokens_per_fraction_step(pre_gib, cell_worst.cell_bytes)
-    fixes = _fixes(v, a, spec, starts, mfs, min_mfs, per_step, tokens, context_len, pre_gib, avail_gib, reserve,
-                   cell_worst.cell_bytes, kv_bytes, page, factor)
 
-    # graphs/activations (estimated with SGLang's own reserve heuristic) vs the slack left
-    slack_bytes = int(prof.slack_gib * GiB)
+def graph_stage(spec: ModelSpec, s: Settled, rel: SGLangRelease, prof: Profiled, pools: Pools,
+                loaded: Loaded) -> Graphs:
+    """CUDA graphs and activations (estimated) against the slack the profile leaves."""
+    a, d = s.args, s.defaults
+    slack_bytes = int(prof.first.slack_gib * GiB)
     graph_est = int(((a.cuda_graph_max_bs or d.cuda_graph_max_bs or 160) * 2 + (
         1536 if spec.is_mla and d.prefill_graph_tokens else d.prefill_graph_tokens * 8)) * MiB)
     activation_est = _activation_estimate(spec, d.chunked_prefill_size, a.tp_size)
-    classic_draft = 0 if draft_first else draft_w + draft_kv
-    headroom = slack_bytes - req_bytes - graph_est - activation_est - classic_draft - mamba_bytes * 0
-    if starts and headroom < 0:
-        warnings.append(
-            f"estimated runtime headroom is negative ({headroom / GiB:.2f} GiB): the slack "
-            f"{prof.slack_gib:.2f} GiB must hold req_to_token ({req_bytes / GiB:.2f} GiB), CUDA graphs (~{graph_est / GiB:.2f} GiB, est.), "
-            f"activations (~{activation_est / GiB:.2f} GiB, est.)" + (f" and the draft ({classic_draft / GiB:.2f} GiB)" if classic_draft else "")
-            + "; an OOM after startup is fixed by LOWERING --mem-fraction-static")
-    if starts and tokens < context_len:
-        warnings.append(f"the KV pool holds {tokens} tokens, fewer than context_len {context_len}: "
-                        f"max_req_len = {min(context_len, tokens) - 1}; longer requests are refused")
-    if backend.fraction_factor is not None:
-        warnings.append(f"attention backend aiter with context_len {context_len} > 8192: SGLang multiplies "
-                        f"mem_fraction_static by {backend.fraction_factor:g} ({d.mem_fraction_static:.4g} -> "
-                        f"{mfs:.4g}), the user's value included")
-    if backend.page_size_source not in ("user", "default"):
-        warnings.append(f"page_size {backend.page_size}: {backend.page_size_source} (attention backend "
-                        f"{backend.name}, {backend.reason})")
-    if not car and a.tp_size > 2 and not gpu.interconnect.is_full_nvlink:
-        warnings.append(f"custom all-reduce is disabled: {a.tp_size} PCIe-only GPUs (>2) — NCCL is used "
-                        "(custom_all_reduce_utils.py: 'not supported on more than two PCIe-only GPUs')")
+    classic_draft = 0 if rel.draft_in_budget else loaded.draft_weights + pools.draft_kv
+    headroom = slack_bytes - pools.req_to_token_bytes - graph_est - activation_est - classic_draft
+    return Graphs(graph_est, activation_est, classic_draft, headroom)
 
-    # --- per-rank timelines ------------------------------------------------------------------
-    ranks = []
-    for r in range(world):
-        stage = r // a.tp_size
-        before_init = gpu.cuda_total_bytes
-        p_pre, p_post = pre[r], post[r]
-        phases = [Phase(PHASE_INIT, before_init, p_pre, estimated=True,
-                        note=f"CUDA context ~{ctx.estimate_bytes / GiB:.2f} + communicators ~{comm.estimate_bytes / GiB:.2f} GiB (est.)")]
-        target_after = p_post + (draft_w if draft_first else 0) if post_measured else p_pre - stage_weights[stage]
-        phases.append(Phase(PHASE_LOAD_WEIGHTS, p_pre, target_after, estimated=not post_measured,
-                            note=f"target weights {stage_weights[stage] / GiB:.2f} GiB ({'exact, safetensors headers' if weights_exact else 'estimated'})"))
-        if draft_w and draft_first:
-            phases.append(Phase(PHASE_LOAD_DRAFT, target_after, p_post, estimated=True,
-                                note=f"draft weights {draft_w / GiB:.2f} GiB before the profile (>=0.5.14)"))
-        phases.append(Phase(PHASE_PROFILE, p_post, p_post, estimated=not post_measured,
-                            note="rest = available - pre x (1 - mfs)" + (" - mm" if mm_gib else "")))
-        free = p_post
-        if starts:
-            rounding = kv_reserved - kv_alloc
-            phases.append(Phase(PHASE_KV_ALLOC, free, free - kv_reserved - draft_kv - mamba_bytes,
-                                estimated=not post_measured,
-                                note=f"{tokens} tokens x {cell_worst.cell_bytes} B (+1 page)"
-                                + (f" + {rounding / MiB:.0f} MiB torch allocator rounding" if rounding else "")))
-            free -= kv_reserved + draft_kv + mamba_bytes
-            phases.append(Phase(PHASE_REQ_POOL, free, free - req_bytes, estimated=not post_measured,
-                                note=f"({pool}+1) x ({context_len}+4{'+' + str(draft_tokens) if draft_tokens and draft_first else ''}) x 4 B"))
-            free -= req_bytes
-            if classic_draft:
-                phases.append(Phase(PHASE_LOAD_DRAFT, free, free - classic_draft, estimated=True,
-                                    note="classic (<0.5.14): draft weights + KV paid from the slack"))
-                free -= classic_draft
-            phases.append(Phase(PHASE_CUDA_GRAPH, free, free - graph_est, estimated=True,
-                                note="estimated with SGLang's reserve heuristic (max_bs x 2 MiB + prefill graph)"))
-        decision = {
-            "pre_model_load_gib": pre_gib,
-            "pre_model_load_bytes": min(pre),
-            "available_gpu_gib": avail_gib,
-            "available_gpu_bytes": min(post),
-            "local_free_after_load_bytes": p_post,
-            "mem_fraction_static": mfs,
-            "mem_fraction_static_source": d.mem_fraction_static_source,
-            "reserved_mem_mib": d.reserved_mem_mib,
-            "vlm_factor": d.vlm_factor,
-            "slack_gib": prof.slack_gib,
-            "mm_reservation_gib": mm_gib,
-            "mamba_state_gib": prof.mamba_state_gib,
-            "max_mamba_cache_size": carve.max_mamba_cache_size if carve else None,
-            "rest_memory_gib": prof.rest_memory_gib,
-            "rest_memory_bytes": prof.rest_memory_bytes,
-            "cell_size": cells[stage].cell_bytes,
-            "cell_formula": cells[stage].formula,
-            "kv_cache_dtype": kv_name,
-            "profiled_tokens": stage_tokens[stage],
-            "page_size": page,
-            "max_total_tokens_flag": a.max_total_tokens,
-            "max_total_num_tokens": tokens if starts else None,
-            "swa_tokens": swa_tokens,
-            "max_num_reqs": pool if starts else None,
-            "max_running_requests": running if starts else None,
-            "req_to_token_bytes": req_bytes,
-            "kv_buffer_bytes": kv_alloc,
-            "draft_kv_bytes": draft_kv,
-            "runtime_headroom_bytes_estimated": headroom if starts else None,
-            "error": error,
-        }
-        ranks.append(RankTimeline(rank=r, phases=tuple(phases), decision=decision))
 
-    extra = {
-        "mem_fraction_static": mfs,
-        "mem_fraction_static_source": d.mem_fraction_static_source,
-        "mem_fraction_static_flag": d.mem_fraction_static,
-        "attention_backend": backend.name,
-        "attention_backend_source": backend.source,
-        "attention_backend_reason": backend.reason,
-        "page_size_source": backend.page_size_source,
-        "aiter_fraction_factor": backend.fraction_factor,
+def verdict_stage(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, prof: Profiled, cells: Cells,
+                  pools: Pools, graphs: Graphs, loaded: Loaded) -> Verdict:
+    """The minimum viable fraction, the fixes and the notes."""
+    a, b, cell_bytes = s.args, s.backend, cells.worst.cell_bytes
+    reserve = prof.mm_gib + (prof.first.mamba_state_gib if prof.carve is not None else 0.0)
+    min_mfs = min_viable_fraction(pre_model_load_gib=prof.pre_gib, available_gpu_gib=prof.avail_gib,
+                                  reserve_gib=reserve, need_bytes=cell_bytes * s.page_size)
+    per_step = tokens_per_fraction_step(prof.pre_gib, cell_bytes)
+    fixes = (_state_pool_fixes(spec, s, rel, prof, cells) if pools.state_cache_too_small
+             else _fixes(spec, s, prof, pools, min_mfs, per_step, reserve, cell_bytes))
+    w: list[str] = []
+    if pools.starts and graphs.headroom_bytes < 0:
+        h, c = graphs.headroom_bytes, graphs.classic_draft_bytes
+        w.append(f"estimated runtime headroom is negative ({h / GiB:.2f} GiB): the slack "
+                 f"{prof.first.slack_gib:.2f} GiB "
+                 f"must hold req_to_token ({pools.req_to_token_bytes / GiB:.2f} GiB), CUDA graphs "
+                 f"(~{graphs.graph_bytes / GiB:.2f} GiB, est.), activations (~{graphs.activation_bytes / GiB:.2f} GiB, "
+                 "est.)" + (f" and the draft ({c / GiB:.2f} GiB)" if c else "")
+                 + "; an OOM after startup is fixed by LOWERING --mem-fraction-static")
+    if pools.starts and pools.tokens < s.context_len:
+        w.append(f"the KV pool holds {pools.tokens} tokens, fewer than context_len {s.context_len}: "
+                 f"max_req_len = {min(s.context_len, pools.tokens) - 1}; longer requests are refused")
+    if b.fraction_factor is not None:
+        w.append(f"attention backend aiter with context_len {s.context_len} > 8192: SGLang multiplies "
+                 f"mem_fraction_static by {b.fraction_factor:g} ({s.defaults.mem_fraction_static:.4g} -> "
+                 f"{s.mem_fraction_static:.4g}), the user's value included")
+    if b.page_size_source not in ("user", "default"):
+        w.append(f"page_size {b.page_size}: {b.page_size_source} (attention backend {b.name}, {b.reason})")
+    if not loaded.custom_all_reduce and a.tp_size > 2 and not gpu.interconnect.is_full_nvlink:
+        w.append(f"custom all-reduce is disabled: {a.tp_size} PCIe-only GPUs (>2) — NCCL is used "
+                 "(custom_all_reduce_utils.py: 'not supported on more than two PCIe-only GPUs')")
+    return Verdict(min_mfs, per_step, tuple(fixes), tuple(w))
+
+
+def rank_stage(s: Settled, rel: SGLangRelease, loaded: Loaded, cells: Cells, prof: Profiled, pools: Pools,
+               graphs: Graphs) -> tuple[RankTimeline, ...]:
+    """Per-rank phases and the decision record."""
+    tp = s.args.tp_size
+    return tuple(RankTimeline(rank=r, phases=_phases(r, s, rel, loaded, cells, prof, pools, graphs),
+                              decision=_decision(r, s, loaded, cells.stages[r // tp], prof, pools,
+                                                 prof.stage_tokens[r // tp], graphs))
+                 for r in range(len(loaded.pre)))
+
+
+def _phases(r: int, s: Settled, rel: SGLangRelease, loaded: Loaded, cells: Cells, prof: Profiled, pools: Pools,
+            graphs: Graphs) -> tuple[Phase, ...]:
+    L, tp, est = loaded, s.args.tp_size, not loaded.post_measured
+    weights, draft_w, budgeted = L.stage_weights[r // tp], L.draft_weights, rel.draft_in_budget
+    pre, post = L.pre[r], L.post[r]
+    phases = [Phase(PHASE_INIT, L.total_bytes, pre, estimated=True,
+                    note=f"CUDA context ~{L.ctx_bytes / GiB:.2f} + communicators ~{L.comm_bytes / GiB:.2f} GiB (est.)")]
+    target_after = post + (draft_w if budgeted else 0) if L.post_measured else pre - weights
+    phases.append(Phase(PHASE_LOAD_WEIGHTS, pre, target_after, estimated=est,
+                        note=f"target weights {weights / GiB:.2f} GiB "
+                        f"({'exact, safetensors headers' if L.weights_exact else 'estimated'})"))
+    if draft_w and budgeted:
+        phases.append(Phase(PHASE_LOAD_DRAFT, target_after, post, estimated=True,
+                            note=f"draft weights {draft_w / GiB:.2f} GiB before the profile (>=0.5.14)"))
+    phases.append(Phase(PHASE_PROFILE, post, post, estimated=est,
+                        note="rest = available - pre x (1 - mfs)" + (" - mm" if prof.mm_gib else "")))
+    if not pools.starts:
+        return tuple(phases)
+    free, p = post, pools
+    rounding = p.kv_reserved - p.kv_alloc
+    phases.append(Phase(PHASE_KV_ALLOC, free, free - p.kv_reserved - p.draft_kv - p.mamba_bytes, estimated=est,
+                        note=f"{p.tokens} tokens x {cells.worst.cell_bytes} B (+1 page)"
+                        + (f" + {rounding / MiB:.0f} MiB torch allocator rounding" if rounding else "")))
+    free -= p.kv_reserved + p.draft_kv + p.mamba_bytes
+    draft_tokens = s.args.speculative_num_draft_tokens or 0
+    phases.append(Phase(PHASE_REQ_POOL, free, free - p.req_to_token_bytes, estimated=est,
+                        note=f"({p.req_pool_size}+1) x ({s.context_len}+4"
+                        f"{'+' + str(draft_tokens) if draft_tokens and budgeted else ''}) x 4 B"))
+    free -= p.req_to_token_bytes
+    if graphs.classic_draft_bytes:
+        phases.append(Phase(PHASE_LOAD_DRAFT, free, free - graphs.classic_draft_bytes, estimated=True,
+                            note="classic (<0.5.14): draft weights + KV paid from the slack"))
+        free -= graphs.classic_draft_bytes
+    phases.append(Phase(PHASE_CUDA_GRAPH, free, free - graphs.graph_bytes, estimated=True,
+                        note="estimated with SGLang's reserve heuristic (max_bs x 2 MiB + prefill graph)"))
+    return tuple(phases)
+
+
+def _decision(r: int, s: Settled, loaded: Loaded, c: CellSize, prof: Profiled, pools: Pools, profiled: int,
+              graphs: Graphs) -> SGLangDecision:
+    p, d, ok = prof.first, s.defaults, pools.starts
+    return SGLangDecision(
+        pre_model_load_gib=prof.pre_gib, pre_model_load_bytes=min(loaded.pre), available_gpu_gib=prof.avail_gib,
+        available_gpu_bytes=min(loaded.post), local_free_after_load_bytes=loaded.post[r],
+        mem_fraction_static=s.mem_fraction_static, mem_fraction_static_source=d.mem_fraction_static_source,
+        reserved_mem_mib=d.reserved_mem_mib, vlm_factor=d.vlm_factor, slack_gib=p.slack_gib,
+        mm_reservation_gib=prof.mm_gib, mamba_state_gib=p.mamba_state_gib,
+        max_mamba_cache_size=prof.carve.max_mamba_cache_size if prof.carve else None,
+        rest_memory_gib=p.rest_memory_gib, rest_memory_bytes=p.rest_memory_bytes, cell_size=c.cell_bytes,
+        cell_formula=c.formula, kv_cache_dtype=s.kv_dtype_name, profiled_tokens=profiled, page_size=s.page_size,
+        max_total_tokens_flag=s.args.max_total_tokens, max_total_num_tokens=pools.tokens if ok else None,
+        swa_tokens=pools.swa_tokens, max_num_reqs=pools.req_pool_size if ok else None,
+        max_running_requests=pools.running if ok else None, req_to_token_bytes=pools.req_to_token_bytes,
+        kv_buffer_bytes=pools.kv_alloc, draft_kv_bytes=pools.draft_kv,
+        runtime_headroom_bytes_estimated=graphs.headroom_bytes if ok else None, error=pools.error)
+
+
+def plan_extra(s: Settled, loaded: Loaded, prof: Profiled, pools: Pools, verdict: Verdict,
+               measured: Measured) -> SGLangPlanExtra:
+    a, b, d, f, min_mfs = s.args, s.backend, s.defaults, s.fraction_factor, verdict.min_fraction
+    return SGLangPlanExtra(
+        mem_fraction_static=s.mem_fraction_static, mem_fraction_static_source=d.mem_fraction_static_source,
+        mem_fraction_static_flag=d.mem_fraction_static, attention_backend=b.name, attention_backend_source=b.source,
+        attention_backend_reason=b.reason, page_size_source=b.page_size_source, aiter_fraction_factor=b.fraction_factor,
         # flag units: what to pass as --mem-fraction-static (the effective minimum / aiter factor)
-        "min_mem_fraction_static": round(min_mfs / factor, 4) if min_mfs / factor < 1 else None,
-        "min_effective_mem_fraction_static": round(min_mfs, 4) if min_mfs < 1 else None,
-        "engine_min_mem_fraction_static": round(1 - avail_gib / pre_gib, 4),
-        "tokens_per_0_01_mem_fraction": per_step,
-        "context_len": context_len,
-        "page_size": page,
-        "kv_cache_dtype": kv_name,
-        "chunked_prefill_size": d.chunked_prefill_size,
-        "cuda_graph_max_bs": d.cuda_graph_max_bs,
-        "pre_model_load_bytes": min(pre),
-        "available_gpu_bytes": min(post),
-        "rest_memory_bytes": prof.rest_memory_bytes,
-        "swa_tokens": swa_tokens,
-        "req_to_token_bytes": req_bytes,
-        "draft_weights_bytes": draft_w,
-        "custom_all_reduce": car,
-        "tp": a.tp_size, "pp": a.pp_size, "dp": a.dp_size, "enable_dp_attention": a.enable_dp_attention,
-        "weights_estimated": "weights" in estimated,
-        "measured_inputs": bool(measured.pre_load_free_bytes or measured.post_load_free_bytes),
-    }
-    return Timeline(
-        source="plan", engine="sglang", engine_version=str(v), model=spec.name, gpu=gpu.key, starts=starts,
-        error=error, kv_cache_tokens=tokens if starts else 0, max_running_requests=running if starts else None,
-        kv_cell_bytes=cell_worst.cell_bytes, kv_cache_bytes=kv_alloc + draft_kv, weights_bytes=max(stage_weights),
-        ranks=tuple(ranks), fix=tuple(fixes), extra=extra, warnings=tuple(warnings), estimated=tuple(estimated))
+        min_mem_fraction_static=round(min_mfs / f, 4) if min_mfs / f < 1 else None,
+        min_effective_mem_fraction_static=round(min_mfs, 4) if min_mfs < 1 else None,
+        engine_min_mem_fraction_static=round(1 - prof.avail_gib / prof.pre_gib, 4),
+        tokens_per_0_01_mem_fraction=verdict.tokens_per_step, context_len=s.context_len, page_size=s.page_size,
+        kv_cache_dtype=s.kv_dtype_name, chunked_prefill_size=d.chunked_prefill_size,
+        cuda_graph_max_bs=d.cuda_graph_max_bs, pre_model_load_bytes=min(loaded.pre),
+        available_gpu_bytes=min(loaded.post), rest_memory_bytes=prof.first.rest_memory_bytes,
+        swa_tokens=pools.swa_tokens, req_to_token_bytes=pools.req_to_token_bytes,
+        draft_weights_bytes=loaded.draft_weights, custom_all_reduce=loaded.custom_all_reduce, tp=a.tp_size,
+        pp=a.pp_size, dp=a.dp_size, enable_dp_attention=a.enable_dp_attention,
+        weights_estimated="weights" in loaded.estimated,
+        measured_inputs=bool(measured.pre_load_free_bytes or measured.post_load_free_bytes))
 
 
 def _activation_estimate(spec: ModelSpec, chunk: int, tp: int) -> int:
@@ -432,11 +556,44 @@ def _ceil3(x: float) -> float:
     return math.ceil(x * 1000 - 1e-9) / 1000
 
 
-def _fixes(v, a: SGLangArgs, spec: ModelSpec, starts: bool, mfs: float, min_mfs: float, per_step: int, tokens: int,
-           context_len: int, pre_gib: float, avail_gib: float, reserve: float, cell: int, kv_bytes: int,
-           page: int, factor: float = 1.0) -> list[Fix]:
+def _state_pool_fixes(spec: ModelSpec, s: Settled, rel: SGLangRelease, prof: Profiled, cells: Cells) -> list[Fix]:
+    """The smallest fraction whose mamba state pool admits one request (``max_mamba_cache_size //
+    ratio >= 1``), found by running ``memory.profile`` (bisection on 0.001 steps)."""
+    a, ratio = s.args, mamba_request_ratio(s.args.disable_radix_cache)
+
+    def admits(milli: int) -> bool:
+        _, carve = profile(rel, pre_model_load_gib=prof.pre_gib, available_gpu_gib=prof.avail_gib,
+                           mem_fraction_static=milli / 1000, cell_bytes=cells.worst.cell_bytes,
+                           mm_reservation=prof.mm_gib, mamba_per_req_bytes=cells.mamba_per_req,
+                           disable_radix_cache=a.disable_radix_cache, max_running_requests=a.max_running_requests,
+                           attn_dp_size=a.attn_dp_size, mamba_is_gdn=bool(spec.mamba and spec.mamba.kind == "gdn"),
+                           speculative_num_draft_tokens=a.speculative_num_draft_tokens if a.speculative_algorithm
+                           else None)
+        return carve is not None and carve.error is None and carve.max_mamba_cache_size // ratio >= 1
+
+    lo, hi = math.floor(s.mem_fraction_static * 1000), 999
+    if not admits(hi):
+        return [Fix("--tp", a.tp_size * 2,
+                    "the state pool cannot hold one request at any fraction: shard over more GPUs")]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if admits(mid) else (mid, hi)
+    flag = hi / 1000 / s.fraction_factor
+    out = []
+    if flag < 1:
+        out.append(Fix("--mem-fraction-static", _ceil3(flag), f"smallest fraction whose mamba state pool holds "
+                       f"{ratio} slot(s) per request (max_mamba_cache_size // mamba_ratio >= 1)"))
+    if not a.disable_radix_cache:
+        out.append(Fix("--disable-radix-cache", True, "mamba_ratio 1 instead of 3: one state slot per request"))
+    return out
+
+
+def _fixes(spec: ModelSpec, s: Settled, prof: Profiled, pools: Pools, min_mfs: float, per_step: int,
+           reserve: float, cell: int) -> list[Fix]:
     """Fix values are flag values: an effective fraction f needs ``--mem-fraction-static f / factor``
     when SGLang scales the flag (aiter x0.85, see backend.py)."""
+    a, starts, tokens, context_len, kv_bytes = s.args, pools.starts, pools.tokens, s.context_len, s.kv_bytes
+    pre_gib, avail_gib, factor = prof.pre_gib, prof.avail_gib, s.fraction_factor
     out: list[Fix] = []
     scaled = "" if factor == 1.0 else f" (SGLang multiplies the flag by {factor:g} for this backend)"
     if not starts:
@@ -459,8 +616,8 @@ def _fixes(v, a: SGLangArgs, spec: ModelSpec, starts: bool, mfs: float, min_mfs:
         return out
     if tokens < context_len:
         need = min(context_len, derived_context_len(spec)) * cell
-        f = mem.min_viable_fraction(pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, reserve_gib=reserve,
-                                    need_bytes=need)
+        f = min_viable_fraction(pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, reserve_gib=reserve,
+                                need_bytes=need)
         if f / factor < 1:
             out.append(Fix("--mem-fraction-static", _ceil3(f / factor),
                            f"holds one full {context_len}-token request ({per_step} tokens per +0.01){scaled}"))

@@ -49,6 +49,8 @@ from ...errors import FlagError
 from ...model.spec import ModelSpec
 from . import kv_cache as kvc
 
+# the release whose code this module reads (kv_cache_planning.py, deepseek_v4 backends @ v0.33.0)
+MODELLED_RELEASE = "0.33.0"
 # DeepseekV4SWACache defaults (sparse_swa.py @ v0.33.0): block 64, 584 packed bytes per token
 # (448 NoPE fp8 + 128 RoPE bf16 + 8 ue8m0 scales), page aligned to 576 B.
 SWA_BLOCK_SIZE = 64
@@ -310,10 +312,8 @@ def to_plan(groups: Sequence[V4Group]) -> kvc.KVCachePlan:
 
 
 def model_kv(spec: ModelSpec, a, max_model_len: int):
-    """``memory.ModelKV`` for DeepSeek-V4: global packed groups, each PP stage's projection
+    """``kv_cache.ModelKV`` for DeepSeek-V4: global packed groups, each PP stage's projection
     (``_project_kv_cache_groups_to_worker``; draft layers live on the last stage)."""
-    from . import memory as mem
-
     block = block_size_for(a)
     fmt = cache_format(a.kv_cache_dtype)
     layers = cache_layers(spec, a.kv_cache_dtype, block, num_draft_layers(spec, a.speculative_method))
@@ -323,18 +323,18 @@ def model_kv(spec: ModelSpec, a, max_model_len: int):
     global_plan = to_plan(groups)
     workers = []
     for r in range(a.pp):
-        lo, hi = mem.get_pp_indices(spec.num_hidden_layers, r, a.pp)
+        lo, hi = kvc.get_pp_indices(spec.num_hidden_layers, r, a.pp)
         own = [V4Group(tuple(x for x in g.layers if lo <= x.layer < hi
                              or (x.layer >= spec.num_hidden_layers and r == a.pp - 1))) for g in groups]
-        workers.append(mem.WorkerKV(r, (lo, hi), to_plan(own)))
-    return mem.ModelKV(layout, global_plan.groups, 0, tuple(workers))
+        workers.append(kvc.WorkerKV(r, (lo, hi), to_plan(own)))
+    return kvc.ModelKV(layout, global_plan.groups, 0, tuple(workers))
 
 
 def notes(spec: ModelSpec, a) -> list[str]:
     """What the plan should say about the V4 layout (warnings)."""
     out = []
-    if a.traits.version != "0.33.0":
-        out.append(f"DeepSeek-V4 KV layout modelled from vLLM 0.33.0; vLLM {a.traits.version} may group "
+    if a.traits.version != MODELLED_RELEASE:
+        out.append(f"DeepSeek-V4 KV layout modelled from vLLM {MODELLED_RELEASE}; vLLM {a.traits.version} may group "
                    "its caches differently (estimated)")
     if a.kv_cache_dtype in ("auto", "fp8", "fp8_e4m3"):
         out.append(f"--kv-cache-dtype {a.kv_cache_dtype}: modelled as fp8_ds_mla (FlashMLA-layout backends); "

@@ -25,12 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from packaging.version import Version
-
 from ...errors import FlagError
 from ...model.spec import FULL, LINEAR, MAMBA, SLIDING, ModelSpec
 from ...units import GiB
-from .args import VersionTraits
+from .release import VersionTraits
 
 FULL_ATTN = "full"
 MLA_ATTN = "mla"
@@ -51,11 +49,6 @@ KV_CACHE_DTYPE_BYTES = {
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _at_least(traits: VersionTraits, version: str) -> bool:
-    """Version gates local to the KV planner (boundaries read in the released wheels)."""
-    return Version(traits.version) >= Version(version)
 
 
 @dataclass(frozen=True)
@@ -267,10 +260,10 @@ def hybrid_kernel_block_alignment(traits: VersionTraits, block_size: int, is_mla
     * v0.33.0: MLA at least 128, and the result is rounded up to the non-mamba backends' common
       kernel block (16 for FlashAttention).
     """
-    if not _at_least(traits, "0.20"):
-        return (64 if (is_mla and _at_least(traits, "0.12")) else 16), 1
+    if not traits.hybrid_align_from_backend:
+        return (64 if (is_mla and traits.hybrid_mla_align_64) else 16), 1
     align = max(backend_min_kernel_block, block_size)
-    if not _at_least(traits, "0.33"):
+    if not traits.hybrid_align_backend_common:
         return align, 1
     if is_mla:
         align = max(align, 128)
@@ -346,11 +339,11 @@ def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) ->
     if all(v == values[0] for v in values):
         return (KVCacheGroup(ids, values[0]),), 0
     kinds = {v.kind for v in values}
-    if (_at_least(traits, "0.11") and len(kinds) == 1 and len({v.block_size for v in values}) == 1
+    if (traits.uniform_type_groups and len(kinds) == 1 and len({v.block_size for v in values}) == 1
             and len({v.window for v in values}) == 1 and values[0].kind != MAMBA_STATE):
         pages = tuple(specs[i].page_size_bytes for i in ids)
         return (KVCacheGroup(ids, values[0], per_layer_pages=pages),), 0
-    if not _at_least(traits, "0.19") and len({s.page_size_bytes for s in values}) > 1:
+    if not traits.page_size_unification and len({s.page_size_bytes for s in values}) > 1:
         # get_kv_cache_groups / get_kv_cache_config end in a bare ``raise NotImplementedError``
         # (kv_cache_utils.py @ v0.10.1.1 / v0.11.0): no page-size unification yet
         raise FlagError(f"vLLM {traits.version} cannot group layers whose KV page sizes differ "
@@ -366,7 +359,7 @@ def get_kv_cache_groups(specs: dict[int, KVCacheSpec], traits: VersionTraits) ->
         group_size = max(lens)
     groups: list[KVCacheGroup] = []
     padding = 0
-    strided = _at_least(traits, "0.11")
+    strided = traits.strided_groups
     for s, layers in buckets.items():
         n = cdiv(len(layers), group_size)
         padding += n * group_size - len(layers)
@@ -408,7 +401,7 @@ def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> di
     for i, s in specs.items():
         if s.page_size_bytes == top:
             out[i] = s
-        elif s.kind == MAMBA_STATE and _at_least(traits, "0.26"):
+        elif s.kind == MAMBA_STATE and traits.mamba_page_padding:
             out[i] = replace(s, page_size_bytes=top)
         elif top % s.page_size_bytes == 0:
             if s.kind == MAMBA_STATE:
@@ -417,7 +410,7 @@ def _unify_page_size(specs: dict[int, KVCacheSpec], traits: VersionTraits) -> di
                                 "unify_kv_cache_spec_page_size)", field="--block-size",
                                 fix="let vLLM choose the attention block size for this hybrid model")
             out[i] = replace(s, block_size=s.block_size * (top // s.page_size_bytes), page_size_bytes=top)
-        elif _at_least(traits, "0.29") and s.kind in (FULL_ATTN, SLIDING_WINDOW, CHUNKED_LOCAL):
+        elif traits.attention_page_padding and s.kind in (FULL_ATTN, SLIDING_WINDOW, CHUNKED_LOCAL):
             out[i] = replace(s, page_size_bytes=top)
         else:
             raise FlagError(unify_page_size_error(i, traits), field="--block-size",
@@ -430,10 +423,10 @@ def unify_page_size_error(layer: int, traits: VersionTraits) -> str:
     @ v0.19.0 / v0.22.1; v0.24.0 … v0.28.0; v0.29.0 / v0.30.0, kv_cache_planning.py @ v0.33.0). vLLM names
     the layer by its module path (``model.layers.3.self_attn.attn``); kvscope gives the decoder
     layer index."""
-    if not _at_least(traits, "0.24"):
+    if not traits.unify_error_names_layer:
         return ("The page size of the layer is not divisible by the maximum page size. "
                 "Cannot unify by adjusting block_size.")
-    tail = ("non-MLA attention layers." if _at_least(traits, "0.29") else
+    tail = ("non-MLA attention layers." if traits.attention_page_padding else
             "attention layers whose backend indexes KV pages by the block stride "
             "(indexes_kv_by_block_stride is True).")
     return (f"Layer {layer}: page size is not divisible by the maximum page size and cannot be "
@@ -467,6 +460,36 @@ def bytes_per_block(groups: Sequence[KVCacheGroup]) -> int:
 def make_plan(groups: Sequence[KVCacheGroup], padding: int = 0) -> KVCachePlan:
     live = tuple(g for g in groups)
     return KVCachePlan(groups=live, bytes_per_block=bytes_per_block(live), num_padding_layers=padding)
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers: one per PP stage
+
+
+def get_pp_indices(num_layers: int, pp_rank: int, pp: int) -> tuple[int, int]:
+    """``get_pp_indices`` (vllm/distributed/utils.py, identical v0.11.0 … v0.33.0): ``n // pp`` each,
+    the remainder +1 to partitions [-2], [-3], … (the last stage gets no extra layer)."""
+    sizes = [num_layers // pp] * pp
+    rem = num_layers % pp
+    for i in range(2, rem + 2):
+        sizes[-i] += 1
+    start = sum(sizes[:pp_rank])
+    return start, start + sizes[pp_rank]
+
+
+@dataclass(frozen=True)
+class WorkerKV:
+    pp_rank: int
+    layers: tuple[int, int]
+    plan: KVCachePlan
+
+
+@dataclass(frozen=True)
+class ModelKV:
+    layout: CacheLayout
+    global_groups: tuple[KVCacheGroup, ...]
+    num_padding_layers: int
+    workers: tuple[WorkerKV, ...]  # one per PP stage (TP ranks of a stage are identical)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -533,9 +556,9 @@ def scheduler_view_for(cfg: SchedulerView, traits: VersionTraits) -> SchedulerVi
     the speculative blocks from v0.15.1 (kv_cache_interface.py @ v0.15.1, as v0.19.0)."""
     if not traits.in_flight_batches:
         cfg = replace(cfg, in_flight_tokens=cfg.max_num_batched_tokens)
-    if not _at_least(traits, "0.12"):
+    if not traits.mamba_usage_per_length:
         cfg = replace(cfg, mamba_cache_mode="none", num_speculative_blocks=0)
-    elif not _at_least(traits, "0.15"):
+    elif not traits.mamba_cache_mode_read:
         cfg = replace(cfg, mamba_cache_mode="all", num_speculative_blocks=0)
     return cfg
 
@@ -585,10 +608,7 @@ def check_rules(traits: VersionTraits) -> tuple[bool, bool, bool]:
       counts all layers (vLLM #34076: 24.0 GiB needed at PP2 where each stage holds 12.0). From
       v0.17.0 each worker checks its projected groups (``projected_groups_per_worker``).
     """
-    per_layer = not _at_least(traits, "0.14")
-    first_group_only = _at_least(traits, "0.14") and not _at_least(traits, "0.19")
-    global_check = _at_least(traits, "0.14") and not _at_least(traits, "0.17")
-    return per_layer, first_group_only, global_check
+    return traits.admission_per_layer, traits.admission_first_group_only, traits.admission_global_once
 
 
 def planner_available_bytes(plans: Sequence[KVCachePlan], available_bytes: Sequence[int], traits: VersionTraits,
@@ -673,7 +693,7 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
     blocks = min(own)
     # v0.10/v0.11 log each worker's capacity before the min over workers; v0.12.0 moved
     # ``_report_kv_cache_config`` after it (kv_cache_utils.py @ v0.12.0 ``get_kv_cache_configs``)
-    logs_before_min = not _at_least(traits, "0.12")
+    logs_before_min = traits.capacity_log_per_worker
     if num_gpu_blocks_override is not None:
         if logs_before_min or not traits.override_folds_into_available:
             own = [num_gpu_blocks_override if p.groups else b for p, b in zip(plans, own)]
@@ -682,7 +702,7 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
     shown = own[0] if logs_before_min else blocks
     if plan0.is_attention_free:
         tokens, conc = 0, 0.0
-    elif (not _at_least(traits, "0.11") and len(plan0.groups) == 1 and cache_block_size is not None
+    elif (traits.capacity_tokens_from_cache_block and len(plan0.groups) == 1 and cache_block_size is not None
           and not traits.is_v0):
         tokens = shown * cache_block_size
         conc = max_concurrency(shown, plan0, cfg)
@@ -704,10 +724,10 @@ def no_available_memory_error(traits: VersionTraits) -> str:
     """``_check_enough_kv_cache_memory`` when available <= 0 (kv_cache_utils.py @ v0.11.0 / v0.16.0 /
     v0.24.0; kv_cache_planning.py @ v0.33.0)."""
     msg = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-    if traits.error_text_generation >= 24:
+    if traits.error_cpu_hint:
         msg += ("initializing the engine (this flag also controls CPU memory reservation on the CPU "
                 "backend, despite its name). ")
-    elif traits.error_text_generation >= 13:  # docs link from v0.13.0 (kv_cache_utils.py l.688)
+    elif traits.error_docs_link:
         msg += "initializing the engine. "
     else:
         return msg + "initializing the engine."
@@ -721,12 +741,12 @@ def insufficient_memory_error(max_model_len: int, needed_bytes: int, available_b
     v0.11.0 (``:.2f`` GiB, "models's"), v0.13.0 (the same + docs link), v0.14–v0.21 (format_gib,
     docs link, "models's"),
     v0.24.0+ ("model's", CPU-backend hint) -- kv_cache_utils.py / kv_cache_planning.py."""
-    if traits.error_text_generation < 14:
+    if not traits.error_format_gib:
         est = ("Based on the available memory, "
                f"the estimated maximum model length is {estimated_max_len}.") if estimated_max_len > 0 else ""
         # v0.13.0 keeps the ``:.2f`` figures and appends the docs link (kv_cache_utils.py @ v0.13.0 l.710)
         link = (" See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
-                if traits.error_text_generation >= 13 else "")
+                if traits.error_docs_link else "")
         return (f"To serve at least one request with the models's max seq len "
                 f"({max_model_len}), ({needed_bytes / GiB:.2f} GiB KV "
                 f"cache is needed, which is larger than the available KV cache "
@@ -736,7 +756,7 @@ def insufficient_memory_error(max_model_len: int, needed_bytes: int, available_b
                 f"`max_model_len` when initializing the engine.{link}")
     est = ("Based on the available memory, "
            f"the estimated maximum model length is {estimated_max_len}. ") if estimated_max_len > 0 else ""
-    if traits.error_text_generation < 24:
+    if not traits.error_cpu_hint:
         return (f"To serve at least one request with the models's max seq len "
                 f"({max_model_len}), ({format_gib(needed_bytes)} GiB KV "
                 f"cache is needed, which is larger than the available KV cache "

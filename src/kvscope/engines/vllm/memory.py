@@ -19,9 +19,12 @@ from dataclasses import dataclass, replace
 from ...hardware.gpus import GPU
 from ...hardware.overhead import NCCL_INIT_BYTES_EST, fabric_class
 from ...model.spec import ModelSpec
-from ...units import GiB, MiB
+from ...units import GiB
+from . import deepseek_v4 as dsv4
 from . import kv_cache as kvc
-from .args import VersionTraits, VllmArgs
+from .args import VllmArgs
+from .kv_cache import ModelKV, WorkerKV, get_pp_indices
+from .release import VersionTraits
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,6 @@ SAMPLER_SORT_BYTES_PER_LOGIT = 38.4
 # expert caches: 7 (fit, in-sample: Mixtral TP2 1.21 GiB, vLLM 0.19 llm-d log). Estimated.
 FORWARD_HIDDEN_COPIES_DENSE = 3
 FORWARD_HIDDEN_COPIES_MOE = 7
-FORWARD_HIDDEN_COPIES = FORWARD_HIDDEN_COPIES_MOE  # the previous single constant (kept for importers)
 
 
 # non_torch_increase at TP1 (estimated): logs 0.13 (Qwen3-14B, H100 v0.16/0.17), 0.25 (Llama-3.1-8B,
@@ -246,17 +248,6 @@ def available_kv_cache_bytes(requested: int | float, weights: int, activation_pe
 # Workers, layouts, KV plan
 
 
-def get_pp_indices(num_layers: int, pp_rank: int, pp: int) -> tuple[int, int]:
-    """``get_pp_indices`` (vllm/distributed/utils.py, identical v0.11.0 … v0.33.0): ``n // pp`` each,
-    the remainder +1 to partitions [-2], [-3], … (the last stage gets no extra layer)."""
-    sizes = [num_layers // pp] * pp
-    rem = num_layers % pp
-    for i in range(2, rem + 2):
-        sizes[-i] += 1
-    start = sum(sizes[:pp_rank])
-    return start, start + sizes[pp_rank]
-
-
 def kv_dtype_bytes(spec: ModelSpec, kv_cache_dtype: str) -> int:
     """``--kv-cache-dtype auto`` = the model dtype (vLLM does not read the checkpoint's
     kv_cache_quant_algo for ``auto`` in the V1 spec path); fp8 variants are 1 byte."""
@@ -319,27 +310,11 @@ def scheduler_view(spec: ModelSpec, a: VllmArgs, max_model_len: int) -> kvc.Sche
     return kvc.scheduler_view_for(view, a.traits)
 
 
-@dataclass(frozen=True)
-class WorkerKV:
-    pp_rank: int
-    layers: tuple[int, int]
-    plan: kvc.KVCachePlan
-
-
-@dataclass(frozen=True)
-class ModelKV:
-    layout: kvc.CacheLayout
-    global_groups: tuple[kvc.KVCacheGroup, ...]
-    num_padding_layers: int
-    workers: tuple[WorkerKV, ...]  # one per PP stage (TP ranks of a stage are identical)
-
-
 def model_kv(spec: ModelSpec, a: VllmArgs, max_model_len: int, extra_layer_specs: dict | None = None) -> ModelKV:
     """Global groups (``get_kv_cache_groups`` over the merged specs of all workers), then each PP
     stage's projection and bytes per block."""
     if spec.dsv4 is not None:  # DeepSeek-V4: packed SWA + compressed-MLA groups (deepseek_v4.py)
-        from .deepseek_v4 import model_kv as dsv4_model_kv
-        return dsv4_model_kv(spec, a, max_model_len)
+        return dsv4.model_kv(spec, a, max_model_len)
     layout = cache_layout(spec, a, max_model_len)
     specs = kvc.layer_specs(spec, layout)
     if extra_layer_specs:
@@ -422,21 +397,17 @@ def mamba_blocks_check(kv: ModelKV, a: VllmArgs, num_blocks: int) -> tuple[str |
         return None, None
     if a.max_num_seqs <= num_blocks:
         return None, None
-    if a.traits.mamba_check == "raise":
+    if a.traits.mamba_blocks_error:
         return kvc.mamba_max_num_seqs_error(a.max_num_seqs, num_blocks), None
-    if a.traits.mamba_check == "cap_graphs":
+    if a.traits.mamba_blocks_cap_warning:
         return None, (f"Capping cudagraph capture sizes to fit Mamba cache blocks ({num_blocks} blocks "
                       f"available) (max_num_seqs={a.max_num_seqs})")
     return None, None
-
-
-def with_available(a: VllmArgs, **kw) -> VllmArgs:
-    return replace(a, **kw)
 
 
 __all__ = [
     "Estimate", "AvailableKV", "KVCapacity", "ModelKV", "WorkerKV", "activation_peak_estimate",
     "available_kv_cache_bytes", "cache_layout", "capacity_from_available", "cudagraph_estimate",
     "get_pp_indices", "kv_dtype_bytes", "mamba_blocks_check", "model_kv", "non_torch_estimate",
-    "request_memory", "request_memory_error", "requested_memory_bytes", "scheduler_view", "MiB",
+    "request_memory", "request_memory_error", "requested_memory_bytes", "scheduler_view",
 ]

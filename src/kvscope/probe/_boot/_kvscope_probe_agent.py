@@ -205,7 +205,11 @@ def _engine_version(engine):
     return version
 
 
-def _release(version):
+def release_tuple(version):
+    """``"0.5.10.post1"`` -> ``(0, 5, 10)``; ``"0.11.0rc2+cu128"`` -> ``(0, 11, 0)``.
+
+    Deliberately tiny (no ``packaging`` here); ``kvscope.probe.targets`` imports it from this file.
+    """
     out = []
     for part in version.split("+")[0].split("."):
         m = re.match(r"^(\d+)", part)
@@ -217,15 +221,25 @@ def _release(version):
     return tuple(out)
 
 
-def _version_matches(version, spec):
+_CLAUSE = re.compile(r"^\s*(>=|<=|==|>|<)\s*([0-9][0-9a-zA-Z.+-]*)\s*$")
+
+
+def version_matches(version, spec, strict=False):
+    """True when ``version`` satisfies every clause of ``spec`` (``">=0.5.7,<0.5.14"``).
+
+    An unknown version or an empty spec matches. A malformed clause makes the whole spec match
+    (the agent never raises), or raises ``ValueError`` when ``strict`` (kvscope's side).
+    """
     if not spec or not spec.strip() or not version:
         return True
-    v = _release(version)
+    v = release_tuple(version)
     for clause in spec.split(","):
-        m = re.match(r"^\s*(>=|<=|==|>|<)\s*([0-9][0-9a-zA-Z.+-]*)\s*$", clause)
+        m = _CLAUSE.match(clause)
         if not m:
+            if strict:
+                raise ValueError("bad version clause %r in %r" % (clause, spec))
             return True
-        b = _release(m.group(2))
+        b = release_tuple(m.group(2))
         width = max(len(v), len(b))
         a, b = v + (0,) * (width - len(v)), b + (0,) * (width - len(b))
         op = m.group(1)
@@ -241,7 +255,7 @@ def _on_module_loaded(module):
     for t in _S.by_module.get(name, ()):
         try:
             version = _engine_version(t["engine"])
-            if not _version_matches(version, t.get("versions", "")):
+            if not version_matches(version, t.get("versions", "")):
                 continue
             if _S.fault == "attach":
                 raise _Fault("injected attach fault")

@@ -1,0 +1,1 @@
+"""Engine-neutral log reading: the line grammar both engines' log parsers are built on."""
