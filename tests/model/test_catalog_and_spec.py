@@ -143,3 +143,27 @@ def test_metadata_only_model_names_the_related_bundled_config():
     with pytest.raises(ConfigError) as e:
         load_model_source("google/gemma-3-27b-it")  # no related config: no suggestion invented
     assert "related" not in str(e.value)
+
+
+def test_assumed_notes_keep_the_step_order():
+    """spec_from_hf_config joins each step's notes in step order: model_type, kv heads, MLP, length."""
+    cfg = {"model_type": "brand_new", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "vocab_size": 100}
+    with pytest.warns(UserWarning) as record:
+        s = ModelSpec.from_hf_config(cfg)
+    assert [n.split(" ", 1)[0] for n in s.assumed] == [
+        "unknown", "num_key_value_heads", "intermediate_size", "max_position_embeddings"]
+    assert [str(w.message) for w in record] == [f"kvscope: brand_new: {n}" for n in s.assumed]
+    assert (s.num_key_value_heads, s.intermediate_size, s.max_position_embeddings) == (4, 256, 4096)
+
+
+def test_mla_and_dsa_indexer_steps():
+    cfg = {"model_type": "deepseek_v32", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "vocab_size": 100, "intermediate_size": 128, "max_position_embeddings": 64,
+           "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16,
+           "q_lora_rank": 24, "index_head_dim": 8, "index_n_heads": 2, "index_topk": 16}
+    s = ModelSpec.from_hf_config(cfg)
+    assert (s.attention, s.num_key_value_heads, s.head_dim, s.v_head_dim, s.mla_kv_dim) == ("mla", 1, 24, 16, 40)
+    assert (s.q_lora_rank, s.index_head_dim, s.index_n_heads, s.index_topk) == (24, 8, 2, 16)
+    assert ModelSpec.from_hf_config({**cfg, "q_lora_rank": None, "index_topk": 0}).q_lora_rank is None
+    assert not ModelSpec.from_hf_config({**cfg, "index_head_dim": None}).has_dsa_indexer

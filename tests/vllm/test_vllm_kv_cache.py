@@ -131,3 +131,26 @@ def test_mla_hybrid_alignment_per_release():
     got = {v: kvc.hybrid_kernel_block_alignment(version_traits(v), 64, True, backend_min_kernel_block=64)
            for v in ("0.11.0", "0.16.0", "0.19.1", "0.20.2", "0.33.0")}
     assert got == {"0.11.0": (16, 1), "0.16.0": (64, 1), "0.19.1": (64, 1), "0.20.2": (64, 1), "0.33.0": (128, 64)}
+
+
+def test_kv_cache_configs_steps_under_pipeline_parallel():
+    """The named steps of ``get_kv_cache_configs`` on PP3 Llama-3.1-8B (11, 11, 10 layers): v0.16.0
+    checks once on the global groups against the smallest memory, v0.28.0 per worker; the first
+    failing worker's error is the one raised; ``num_blocks`` is the min over workers."""
+    spec = spec_of("meta-llama/Llama-3.1-8B-Instruct")
+    bpb = 65_536  # one layer's page
+    for version, pairs in (("0.16.0", [(32 * bpb, GiB // 2)]),
+                           ("0.28.0", [(11 * bpb, GiB), (11 * bpb, GiB // 2), (10 * bpb, GiB)])):
+        a = _args(spec, version=version, pipeline_parallel_size=3, max_model_len=8192)
+        plans = [w.plan for w in mem.model_kv(spec, a, 8192).workers]
+        checks = kvc.admission_checks(plans, [GiB, GiB // 2, GiB], a.traits)
+        assert [(p.bytes_per_block, m) for p, m in checks] == pairs
+        own, blocks = kvc.num_blocks_per_worker(plans, [GiB, GiB // 2, GiB], a.traits, None)
+        assert own == [GiB // (11 * bpb), GiB // 2 // (11 * bpb), GiB // (10 * bpb)] and blocks == own[1]
+    cfg = mem.scheduler_view(spec, a, 8192)
+    need = [8192 // 16 * p.bytes_per_block for p in plans]  # 512 blocks a worker for 8192 tokens
+    checks = [(plans[0], GiB), (plans[1], need[1] - 1), (plans[2], need[2] // 2)]
+    res = kvc.check_enough_kv_cache_memory(checks, cfg, a.traits)
+    assert res.needed_memory_bytes == tuple(need) and res.check_memory_bytes == (GiB, need[1] - 1, need[2] // 2)
+    assert res.estimated_max_model_lens == (8192, 8176, 4096)
+    assert res.estimated_max_model_len == 8176 and "estimated maximum model length is 8176" in res.error

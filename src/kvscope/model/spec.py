@@ -10,7 +10,7 @@ linear-attention / mamba state shapes, MoE layout, MTP layers, the vision tower 
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from ..errors import ConfigError
@@ -461,20 +461,69 @@ def _deepseek_v4(text: Mapping[str, Any], model_type: str, n: int) -> DeepseekV4
     )
 
 
-def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
-                        hf_quant_config: Mapping[str, Any] | None = None) -> ModelSpec:
+# ---------------------------------------------------------------------------------------------
+# Normalisation steps. Each reads the (text) config and returns plain values or a small frozen
+# record whose field names are ModelSpec's; a step that has to assume a value returns the note too.
+
+
+@dataclass(frozen=True)
+class _Attention:
+    """Attention shape: head counts, head dims and, for MLA, the latent ranks."""
+
+    num_attention_heads: int
+    num_key_value_heads: int  # 1 for MLA (one latent "head")
+    head_dim: int
+    v_head_dim: int
+    attention: str  # "mha" | "mla"
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    q_lora_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class _AttentionLayers:
+    """Per-layer attention kinds, the sliding window and the DeepSeek-V4 geometry that overrides both."""
+
+    layer_types: tuple[str, ...]
+    sliding_window: int | None
+    dsv4: DeepseekV4Spec | None
+
+
+@dataclass(frozen=True)
+class _DsaIndexer:
+    """The DSA indexer of every layer (DeepSeek V3.2, GLM-5); None when absent."""
+
+    index_head_dim: int | None = None
+    index_n_heads: int | None = None
+    index_topk: int | None = None
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    """A step record's fields by name (shallow: nested specs stay records)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
+
+
+def _json_object(config: Any) -> Mapping[str, Any]:
     if not isinstance(config, Mapping):
         raise ConfigError("config.json is not a JSON object", field="config.json",
                           fix="pass a Hugging Face config.json")
-    text = _text_config(config)
+    return config
+
+
+def _model_type(config: Mapping[str, Any], text: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
     model_type = str(text.get("model_type") or config.get("model_type") or "")
-    assumed: list[str] = []
     if not model_type:
         raise ConfigError("config.json has no 'model_type'", field="model_type",
                           fix="pass a Hugging Face config.json (it names its model_type)")
-    if model_type not in KNOWN_MODEL_TYPES:
-        assumed.append(f"unknown model_type {model_type!r}: read as a generic decoder "
-                       "(hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim)")
+    if model_type in KNOWN_MODEL_TYPES:
+        return model_type, ()
+    return model_type, (f"unknown model_type {model_type!r}: read as a generic decoder "
+                        "(hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim)",)
+
+
+def _sizes(text: Mapping[str, Any]) -> tuple[int, int, int]:
+    """hidden_size, num_hidden_layers, num_attention_heads: required and > 0."""
     hidden = _int(text, "hidden_size")
     layers = _int(text, "num_hidden_layers")
     heads = _int(text, "num_attention_heads")
@@ -482,89 +531,151 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         raise ConfigError("hidden_size, num_hidden_layers and num_attention_heads must be > 0",
                           field="num_attention_heads" if heads == 0 else "hidden_size",
                           fix="fix config.json")
+    return hidden, layers, heads
+
+
+def _kv_heads(text: Mapping[str, Any], heads: int) -> tuple[int, tuple[str, ...]]:
     kv_heads = _int(text, "num_key_value_heads", required=False)
+    notes: tuple[str, ...] = ()
     if kv_heads is None:
         kv_heads = heads  # HF default: MHA
-        assumed.append("num_key_value_heads missing: assumed = num_attention_heads (MHA)")
+        notes = ("num_key_value_heads missing: assumed = num_attention_heads (MHA)",)
     if kv_heads == 0 or heads % kv_heads:
         raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}",
                           field="num_key_value_heads", fix="fix config.json")
+    return kv_heads, notes
+
+
+def _attention_shape(text: Mapping[str, Any], model_type: str, hidden: int, heads: int,
+                     kv_heads: int) -> _Attention:
+    """MHA/GQA (explicit ``head_dim`` or hidden / heads) or MLA (qk_nope + qk_rope, latent ranks)."""
     is_mla = text.get("kv_lora_rank") is not None and model_type in MLA_MODEL_TYPES | {model_type} and (
         text.get("qk_rope_head_dim") is not None)
-    if is_mla:
-        rope = _int(text, "qk_rope_head_dim")
-        nope = _int(text, "qk_nope_head_dim")
-        head_dim = nope + rope
-        v_head_dim = _int(text, "v_head_dim")
-    else:
+    if not is_mla:
         explicit = text.get("head_dim") or text.get("attention_head_dim")
         head_dim = int(explicit) if explicit else hidden // heads
-        v_head_dim = head_dim
-    window_types, window = _layer_types(text, model_type, layers)
-    dsv4 = _deepseek_v4(text, model_type, layers)
+        return _Attention(num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+                          v_head_dim=head_dim, attention="mha")
+    rope = _int(text, "qk_rope_head_dim")
+    nope = _int(text, "qk_nope_head_dim")
+    return _Attention(
+        num_attention_heads=heads,
+        num_key_value_heads=1,
+        head_dim=nope + rope,
+        v_head_dim=_int(text, "v_head_dim"),
+        attention="mla",
+        kv_lora_rank=int(text["kv_lora_rank"]),
+        qk_rope_head_dim=rope,
+        qk_nope_head_dim=nope,
+        q_lora_rank=int(text["q_lora_rank"]) if text.get("q_lora_rank") else None,
+    )
+
+
+def _attention_layers(text: Mapping[str, Any], model_type: str, n: int) -> _AttentionLayers:
+    layer_types, window = _layer_types(text, model_type, n)
+    dsv4 = _deepseek_v4(text, model_type, n)
     if dsv4 is not None:  # every layer keeps the SWA ring; compressed layers add latent rows
-        window_types = tuple(SLIDING if r == 0 else FULL for r in dsv4.compress_ratios)
+        layer_types = tuple(SLIDING if r == 0 else FULL for r in dsv4.compress_ratios)
         window = dsv4.sliding_window
-    moe = _moe(text)
-    ffn = _ffn_types(text, moe, window_types)
+    return _AttentionLayers(layer_types=layer_types, sliding_window=window, dsv4=dsv4)
+
+
+def _dsa_indexer(text: Mapping[str, Any], dsv4: DeepseekV4Spec | None) -> _DsaIndexer:
+    if dsv4 is not None:  # DeepSeek-V4's C4-only indexer lives in ``dsv4``
+        return _DsaIndexer()
+    return _DsaIndexer(
+        index_head_dim=int(text["index_head_dim"]) if text.get("index_head_dim") else None,
+        index_n_heads=int(text["index_n_heads"]) if text.get("index_n_heads") else None,
+        index_topk=int(text["index_topk"]) if text.get("index_topk") else None,
+    )
+
+
+def _intermediate_size(text: Mapping[str, Any], model_type: str, hidden: int, moe: MoESpec | None,
+                       dsv4: DeepseekV4Spec | None) -> tuple[int, tuple[str, ...]]:
+    """The dense MLP width."""
     intermediate = _int(text, "intermediate_size", required=False)
+    notes: tuple[str, ...] = ()
     if intermediate is None and dsv4 is not None and moe is not None:
         intermediate = moe.moe_intermediate_size  # DeepSeek-V4: every layer is MoE (no dense MLP)
     if intermediate is None:
         intermediate = _first(text, "intermediate_size_mlp", "ffn_hidden_size") or 4 * hidden
-        assumed.append(f"intermediate_size missing: assumed {intermediate}")
+        notes = (f"intermediate_size missing: assumed {intermediate}",)
     if model_type == "llama4_text" and text.get("intermediate_size_mlp"):
         intermediate = int(text["intermediate_size_mlp"])  # dense layers of Llama 4 use the _mlp width
+    return int(intermediate), notes
+
+
+def _vocab_size(config: Mapping[str, Any], text: Mapping[str, Any]) -> int:
     vocab = _int(text, "vocab_size", required=False) or _int(config, "vocab_size", required=False)
     if not vocab:
         raise ConfigError("config.json has no 'vocab_size'", field="vocab_size", fix="add vocab_size")
+    return int(vocab)
+
+
+def _max_position_embeddings(config: Mapping[str, Any], text: Mapping[str, Any]) -> tuple[int, tuple[str, ...]]:
     max_pos = _first(text, "max_position_embeddings", "max_sequence_length", "seq_length") or \
         _first(config, "max_position_embeddings")
     if not max_pos:
-        max_pos = 4096
-        assumed.append("max_position_embeddings missing: assumed 4096")
+        return 4096, ("max_position_embeddings missing: assumed 4096",)
+    return int(max_pos), ()
+
+
+def _mtp_layers(text: Mapping[str, Any]) -> int:
     # MiniMax-M2's num_mtp_modules are not in the released checkpoint (HF count 228.7B without them).
-    mtp = int(text.get("num_nextn_predict_layers") or 0)
+    return int(text.get("num_nextn_predict_layers") or 0)
+
+
+def _tie_word_embeddings(config: Mapping[str, Any], text: Mapping[str, Any], model_type: str) -> bool:
     # transformers' default tie_word_embeddings is True; Gemma configs rely on it.
     tie_default = model_type.startswith("gemma")
-    tie = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", tie_default)))
+    return bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", tie_default)))
+
+
+def _length_config(text: Mapping[str, Any], model_type: str) -> tuple[tuple[str, Any], ...]:
+    return tuple((k, text[k]) for k in LENGTH_CONFIG_KEYS if text.get(k) is not None) + (
+        ("model_type", model_type),)
+
+
+def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
+                        hf_quant_config: Mapping[str, Any] | None = None) -> ModelSpec:
+    """The normalisation steps in order (the order decides which error a broken config reports)."""
+    text = _text_config(_json_object(config))
+    model_type, type_notes = _model_type(config, text)
+    hidden, layers, heads = _sizes(text)
+    kv_heads, kv_notes = _kv_heads(text, heads)
+    attention = _attention_shape(text, model_type, hidden, heads, kv_heads)
+    stack = _attention_layers(text, model_type, layers)
+    moe = _moe(text)
+    ffn_types = _ffn_types(text, moe, stack.layer_types)
+    intermediate, mlp_notes = _intermediate_size(text, model_type, hidden, moe, stack.dsv4)
+    vocab = _vocab_size(config, text)
+    max_pos, pos_notes = _max_position_embeddings(config, text)
+    mtp = _mtp_layers(text)
+    tie = _tie_word_embeddings(config, text, model_type)
+    assumed = type_notes + kv_notes + mlp_notes + pos_notes
     spec = ModelSpec(
         name=name or str(config.get("_name_or_path") or model_type),
         model_type=model_type,
         architectures=tuple(config.get("architectures") or text.get("architectures") or ()),
         hidden_size=hidden,
         num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=1 if is_mla else kv_heads,
-        head_dim=head_dim,
-        v_head_dim=v_head_dim,
-        vocab_size=int(vocab),
-        intermediate_size=int(intermediate),
-        max_position_embeddings=int(max_pos),
+        vocab_size=vocab,
+        intermediate_size=intermediate,
+        max_position_embeddings=max_pos,
         dtype=_dtype(config, text),
         tie_word_embeddings=tie,
-        attention="mla" if is_mla else "mha",
-        layer_types=window_types,
-        ffn_types=ffn,
-        sliding_window=window,
-        kv_lora_rank=int(text["kv_lora_rank"]) if is_mla else None,
-        qk_rope_head_dim=int(text["qk_rope_head_dim"]) if is_mla else None,
-        qk_nope_head_dim=int(text["qk_nope_head_dim"]) if is_mla else None,
-        q_lora_rank=int(text["q_lora_rank"]) if is_mla and text.get("q_lora_rank") else None,
-        # DSA indexer of every layer (V3.2 / GLM-5); DeepSeek-V4's C4-only indexer lives in ``dsv4``
-        index_head_dim=int(text["index_head_dim"]) if text.get("index_head_dim") and dsv4 is None else None,
-        index_n_heads=int(text["index_n_heads"]) if text.get("index_n_heads") and dsv4 is None else None,
-        index_topk=int(text["index_topk"]) if text.get("index_topk") and dsv4 is None else None,
+        ffn_types=ffn_types,
+        **_fields(attention),
+        **_fields(stack),
+        **_fields(_dsa_indexer(text, stack.dsv4)),
         moe=moe,
         mamba=_mamba(text, model_type),
         num_nextn_predict_layers=mtp,
         vision=_vision(config),
         quant=quant_from_config(config, text, hf_quant_config),
-        assumed=tuple(assumed),
-        sglang_context_len=sglang_context_length(text, int(max_pos)),
-        length_config=tuple((k, text[k]) for k in LENGTH_CONFIG_KEYS if text.get(k) is not None)
-        + (("model_type", model_type),),
-        dsv4=dsv4,
+        assumed=assumed,
+        sglang_context_len=sglang_context_length(text, max_pos),
+        length_config=_length_config(text, model_type),
         attention_bias=bool(text.get("attention_bias", False)),
     )
     for note in assumed:

@@ -16,6 +16,9 @@ from ...model.spec import ModelSpec
 from ...model.weights import pp_layer_range
 from .release import MambaCarveEra, SGLangRelease
 
+GIB = 1 << 30
+
+
 class MambaShapeError(FlagError):
     """SGLang's ``divide()`` assertion: a state dimension does not split evenly over the TP ranks."""
 
@@ -103,73 +106,123 @@ def handle_max_mamba_cache(rel: SGLangRelease, rest_gib: float, per_req_bytes: i
     ``ratio`` = ``--mamba-full-memory-ratio`` R; ``speculative_num_draft_tokens`` D is set iff a
     speculative algorithm is (SGLang then requires ``--max-running-requests``).
 
-    * <0.5.9 (model_runner.py ``handle_max_mamba_cache`` @ v0.5.6 l.1450): radix cache off → size =
-      user size, else ``--max-running-requests``, else 512; otherwise ``int(rest R/(1+R) 2^30 // per_req //
-      (1+D))`` (a user size is overwritten); GDN models divide by attn-DP; state = size · per_req · (1+D).
-    * 0.5.9-0.5.12 (mixin @ v0.5.9 l.151): spec first subtracts ``per_req · (running // dp) · D``;
-      size = user // dp, else (radix off) running // dp, else ``int(rest R/(1+R) 2^30 // per_req)``.
-    * 0.5.13-0.5.17 (mixin @ v0.5.13 l.82 = @ v0.5.14 l.122): spec solved jointly,
-      ``K = int(B // (per_req (1 + D/ratio)))``, intermediate ``per_req · min(running // dp, K // ratio) · D``;
-      RuntimeError when K <= 0.
-    * 0.5.18+ (kv_cache_configurator.py ``_handle_max_mamba_cache`` @ v0.5.18 l.1970, @ v0.5.23 l.3229):
-      the +1 padding slot on both buffers: ``K = int((B − per_req(1+D)) // (per_req(1+D/ratio)))`` or
-      ``int((B − per_req) // per_req)``, intermediate ``per_req (capped+1) D``, state ``(K+1) per_req``;
-      after 0.5.20 ``max(1, running // dp)``. (PP=1; no ReplaySSM, no fused draft state, no extra buffer.)
+    * <0.5.9: :func:`_runner_carve` (model_runner.py ``handle_max_mamba_cache`` @ v0.5.6 l.1450).
+    * 0.5.9-0.5.12: :func:`_mixin_carve` (mixin @ v0.5.9 l.151).
+    * 0.5.13+: :func:`_configurator_carve` (mixin @ v0.5.13 l.82; kv_cache_configurator.py
+      ``_handle_max_mamba_cache`` @ v0.5.18 l.1970, @ v0.5.23 l.3229).
     """
-    g = 1 << 30
+    f = _CarveFlags(ratio, max_mamba_cache_size, disable_radix_cache, max_running_requests, attn_dp_size,
+                    speculative_num_draft_tokens, is_gdn)
     era = rel.mamba_carve
-    if per_req_bytes <= 0 and era != MambaCarveEra.RUNNER:  # (0.5.6 handles a zero state in its own branch)
+    if era == MambaCarveEra.RUNNER:  # (0.5.6 handles a zero state in its own branch)
+        return _runner_carve(rest_gib, per_req_bytes, f)
+    if per_req_bytes <= 0:
         return MambaCarve(rest_gib, 0, 0)
-    dp = attn_dp_size
-    D = speculative_num_draft_tokens
-    spec = D is not None
-    rest = rest_gib
-    if era == MambaCarveEra.RUNNER:
-        d = D or 0
-        if disable_radix_cache or per_req_bytes == 0:
-            size = max_mamba_cache_size if max_mamba_cache_size is not None else (
-                max_running_requests if max_running_requests is not None else 512)
-        else:
-            raw = rest * ratio / (1 + ratio)
-            size = int((raw * g) // per_req_bytes // (1 + d))
-        if is_gdn:
-            size = size // dp
-        return MambaCarve(rest - size * per_req_bytes * (1 + d) / g, size, per_req_bytes)
     if era == MambaCarveEra.MIXIN:
-        if spec:
-            rest = rest - (per_req_bytes * (max_running_requests // dp) * D) / g
-        if max_mamba_cache_size is not None:
-            size = max_mamba_cache_size // dp
-        elif disable_radix_cache and max_running_requests is not None:
-            size = max_running_requests // dp
-        else:
-            raw = rest * ratio / (1 + ratio)
-            size = int((raw * g) // per_req_bytes)
-        return MambaCarve(rest - size * per_req_bytes / g, size, per_req_bytes)
-    pad = 1 if era == MambaCarveEra.PADDED else 0
-    one = (lambda n: max(1, n)) if rel.running_per_dp_at_least_one else (lambda n: n)
-    mratio = mamba_request_ratio(disable_radix_cache)
-    per = per_req_bytes
-    if max_mamba_cache_size is not None:
-        size = max_mamba_cache_size // dp
-        if spec:
-            capped = min(one(max_running_requests // dp), size // mratio)
-            rest = rest - (per * (capped + pad) * D) / g
-    elif disable_radix_cache and max_running_requests is not None:
-        size = one(max_running_requests // dp) if pad else max_running_requests // dp
-        if spec:
-            rest = rest - (per * (size + pad) * D) / g
+        return _mixin_carve(rest_gib, per_req_bytes, f)
+    return _configurator_carve(rel, rest_gib, per_req_bytes, f)
+
+
+@dataclass(frozen=True)
+class _CarveFlags:
+    """The flags the carve reads (SGLang's names; ``attn_dp_size``: the per-worker division)."""
+
+    ratio: float  # --mamba-full-memory-ratio R
+    max_mamba_cache_size: int | None
+    disable_radix_cache: bool
+    max_running_requests: int | None
+    attn_dp_size: int
+    speculative_num_draft_tokens: int | None  # D; None without a speculative algorithm
+    is_gdn: bool
+
+
+def _state_budget_bytes(rest_gib: float, ratio: float) -> float:
+    """The state pool's share of rest, ``rest · R / (1 + R)`` GiB, in bytes."""
+    return rest_gib * ratio / (1 + ratio) * GIB
+
+
+def _runner_carve(rest_gib: float, per_req_bytes: int, f: _CarveFlags) -> MambaCarve:
+    """<0.5.9 (model_runner.py ``handle_max_mamba_cache`` @ v0.5.6 l.1450): radix cache off → size =
+    user size, else ``--max-running-requests``, else 512; otherwise ``int(rest R/(1+R) 2^30 // per_req //
+    (1+D))`` (a user size is overwritten); GDN models divide by attn-DP; state = size · per_req · (1+D)."""
+    d = f.speculative_num_draft_tokens or 0
+    if f.disable_radix_cache or per_req_bytes == 0:
+        size = f.max_mamba_cache_size if f.max_mamba_cache_size is not None else (
+            f.max_running_requests if f.max_running_requests is not None else 512)
     else:
-        budget_bytes = rest * ratio / (1 + ratio) * g
-        if spec:
-            if pad:
-                size = int((budget_bytes - per * (1 + D)) // (per * (1 + D / mratio)))
-            else:
-                size = int(budget_bytes // (per * (1 + D / mratio)))
-            capped = min(one(max_running_requests // dp), size // mratio)
-            rest = rest - (per * (capped + pad) * D) / g
-        else:
-            size = int((budget_bytes - per) // per) if pad else int(budget_bytes // per)
+        size = int(_state_budget_bytes(rest_gib, f.ratio) // per_req_bytes // (1 + d))
+    if f.is_gdn:
+        size = size // f.attn_dp_size
+    return MambaCarve(rest_gib - size * per_req_bytes * (1 + d) / GIB, size, per_req_bytes)
+
+
+def _mixin_carve(rest_gib: float, per_req_bytes: int, f: _CarveFlags) -> MambaCarve:
+    """0.5.9-0.5.12 (mixin @ v0.5.9 l.151): spec first subtracts ``per_req · (running // dp) · D``;
+    size = user // dp, else (radix off) running // dp, else ``int(rest R/(1+R) 2^30 // per_req)``."""
+    dp, D = f.attn_dp_size, f.speculative_num_draft_tokens
+    rest = rest_gib
+    if D is not None:
+        rest = rest - (per_req_bytes * (f.max_running_requests // dp) * D) / GIB
+    if f.max_mamba_cache_size is not None:
+        size = f.max_mamba_cache_size // dp
+    elif f.disable_radix_cache and f.max_running_requests is not None:
+        size = f.max_running_requests // dp
+    else:
+        size = int(_state_budget_bytes(rest, f.ratio) // per_req_bytes)
+    return MambaCarve(rest - size * per_req_bytes / GIB, size, per_req_bytes)
+
+
+def _configurator_carve(rel: SGLangRelease, rest_gib: float, per_req_bytes: int, f: _CarveFlags) -> MambaCarve:
+    """0.5.13+: size K (:func:`_configurator_size`); with speculative decoding the intermediate state,
+    ``per_req · D`` for each of :func:`_draft_state_requests`, leaves rest first; RuntimeError when
+    K <= 0; state ``(K + pad) · per_req`` (:func:`_padding_slot`). (PP=1; no ReplaySSM, no fused
+    draft state, no extra buffer.)"""
+    size = _configurator_size(rel, rest_gib, per_req_bytes, f)
+    rest = rest_gib
+    D = f.speculative_num_draft_tokens
+    if D is not None:
+        rest = rest - (per_req_bytes * _draft_state_requests(rel, size, f) * D) / GIB
     if size <= 0:
-        return MambaCarve(rest, size, per, _mamba_oom_text(size, rest, per))
-    return MambaCarve(rest - (size + pad) * per / g, size, per)
+        return MambaCarve(rest, size, per_req_bytes, _mamba_oom_text(size, rest, per_req_bytes))
+    return MambaCarve(rest - (size + _padding_slot(rel)) * per_req_bytes / GIB, size, per_req_bytes)
+
+
+def _padding_slot(rel: SGLangRelease) -> int:
+    """The +1 padding slot on both state buffers from 0.5.18 (kv_cache_configurator.py @ v0.5.18 l.1970)."""
+    return 1 if rel.mamba_carve == MambaCarveEra.PADDED else 0
+
+
+def _running_per_dp(rel: SGLangRelease, f: _CarveFlags) -> int:
+    """``running // dp``; ``max(1, …)`` after 0.5.20 (kv_cache_configurator.py @ v0.5.23)."""
+    n = f.max_running_requests // f.attn_dp_size
+    return max(1, n) if rel.running_per_dp_at_least_one else n
+
+
+def _configurator_size(rel: SGLangRelease, rest_gib: float, per_req_bytes: int, f: _CarveFlags) -> int:
+    """K = user size // dp; else (radix off) :func:`_running_per_dp`; else from B = rest R/(1+R) 2^30:
+    ``int(B // per_req)``, spec solved jointly ``int(B // (per_req (1 + D/ratio)))`` (mixin @ v0.5.13 l.82 =
+    @ v0.5.14 l.122); from 0.5.18 less the padding slot, ``int((B − per_req) // per_req)`` or
+    ``int((B − per_req(1+D)) // (per_req(1+D/ratio)))`` (kv_cache_configurator.py @ v0.5.18 l.1970)."""
+    if f.max_mamba_cache_size is not None:
+        return f.max_mamba_cache_size // f.attn_dp_size
+    if f.disable_radix_cache and f.max_running_requests is not None:
+        return _running_per_dp(rel, f)
+    padded = bool(_padding_slot(rel))
+    budget_bytes = _state_budget_bytes(rest_gib, f.ratio)
+    per = per_req_bytes
+    D = f.speculative_num_draft_tokens
+    if D is None:
+        return int((budget_bytes - per) // per) if padded else int(budget_bytes // per)
+    per_with_draft = per * (1 + D / mamba_request_ratio(f.disable_radix_cache))
+    if padded:
+        return int((budget_bytes - per * (1 + D)) // per_with_draft)
+    return int(budget_bytes // per_with_draft)
+
+
+def _draft_state_requests(rel: SGLangRelease, size: int, f: _CarveFlags) -> int:
+    """Requests the intermediate draft state is reserved for: the radix-off size, else
+    ``min(running // dp, K // ratio)`` (0.5.13+ mixin, kv_cache_configurator.py @ v0.5.18 l.1970), plus
+    the padding slot."""
+    if f.max_mamba_cache_size is None and f.disable_radix_cache and f.max_running_requests is not None:
+        return size + _padding_slot(rel)
+    return min(_running_per_dp(rel, f), size // mamba_request_ratio(f.disable_radix_cache)) + _padding_slot(rel)

@@ -67,7 +67,12 @@ def _per_rank(values: Sequence[int] | None, world: int, name: str) -> tuple[int,
 
 
 def validate(spec: ModelSpec, a: SGLangArgs) -> None:
-    """Refuse what SGLang refuses (model_config.py / server_args.py checks)."""
+    """Refuse what SGLang refuses (model_config.py / server_args.py checks).
+
+    The spec-independent checks stay here rather than in ``SGLangArgs.__post_init__``: ``kvscope.plan``
+    builds the args before it loads the draft spec and ``plan_sglang`` parses ``--engine-version``, and
+    those errors win today (``--tp -1 --engine-version bogus`` reports the version); ``--page-size``
+    is checked after the spec-dependent ones."""
     for name, val in (("--tp", a.tp_size), ("--pp", a.pp_size), ("--dp", a.dp_size)):
         if val < 1:
             raise FlagError(f"must be >= 1, got {val}", field=name, fix="pass a positive integer")

@@ -98,112 +98,183 @@ def hybrid_swa_pools(rel: SGLangRelease, available_bytes: int, layout: SwaLayout
     """The hybrid sliding-window split, per release. F/S = bytes per token per full/SWA layer,
     r = ``--swa-full-tokens-ratio``; ``available_bytes`` = the profile's ``int(rest × 2^30)``.
 
-    * <0.5.9 (model_runner.py ``set_num_token_hybrid`` @ v0.5.6 l.1526): the profile divides by the
-      plain cell F·(n_full+n_swa); after the cap and page rounding, T·L layer-tokens are re-split by
-      *layer count*: ``full = int(T L / (r n_swa + n_full))``, ``swa = int(full r)``, no page rounding.
-      Llama 4 (``llama4_chunk_ratio`` = attention_chunk_size / context_len = t):
-      ``swa = 4 T t // (3t+1)``, ``full = 4T − 12 T t // (3t+1)``, both page-rounded.
-    * 0.5.9 (mixin ``set_num_tokens_hybrid_swa`` @ v0.5.9 l.251): profile cell F n_full + S n_swa; after
-      cap and page rounding ``full = int(T (F nf + S ns) / (F nf + r S ns))``, ``swa = int(full r)``
-      (from the *unrounded* full), then both page-rounded.
-    * 0.5.10 (mixin ``_resolve_hybrid_swa_tokens``): as 0.5.9, swa from the page-rounded full.
-    * 0.5.11+ (pool_configurator.py ``HybridSWAPoolConfigurator`` @ v0.5.13 l.196, @ v0.5.23 l.656):
-      ``max_total = int(bytes // (F nf + r S ns [+ draft]))``; ``full = max_total // page · page``;
-      ``swa = int(full r) // page · page``; a ``--max-total-tokens`` cap re-solves from the capped full.
-      All-SWA models: ``swa = int(bytes // (S ns)) // page · page``. From 0.5.18 (inline; a method @ v0.5.23)
-      ``validate_swa_pool_size`` raises when ``sliding_window + page >= swa``.
-    * 0.5.14+ with the radix cache off and ``--max-running-requests`` set (``SWAChunkCapPoolConfigurator``
-      @ v0.5.14 l.339 / @ v0.5.18 l.598, ``SWARequestCapPoolConfigurator`` + ``compute_swa_request_cap``
-      @ v0.5.23 l.924): the SWA pool is the worst case of the running requests,
-      ``cap = (window + eviction_interval · D + page + decode) · (running // dp) + 2 · chunk + page`` with
-      D = draft tokens (1 without speculative decoding) and decode = page, or ``2 · alloc_len_per_decode``
-      with speculative decoding (overlap schedule),
-      (``max(1, …)`` and ``chunk > 0`` required after 0.5.20), ``swa = ceil(cap / page) · page``, and the
-      rest of the budget goes to the full pool: ``full = int((bytes − swa S ns) // (F nf)) // page · page``
-      (RuntimeError when <= 0); a cap re-solve keeps swa ``min(swa, T)``. Overlap schedule on, not a PD
-      decode node.
-    * The EAGLE/STANDALONE draft (0.5.18+, ``draft_full_layers`` = ``eagle_draft_num_layers``) is priced
-      at the full-layer width inside the same pools: ``F (nf + d) + r S ns`` (all-SWA: ``S ns + F d``;
-      request cap: full cell ``F (nf + d)``). 0.5.14 adds no draft share for hybrid SWA models.
-      (Banded MTP depths of Inkling and ``eagle_draft_swa_num_layers`` are not modelled.)
+    * <0.5.11: profile, ``--max-total-tokens`` cap and page rounding, then the split of T
+      (:func:`_mixin_swa_pools`: ``set_num_token_hybrid`` @ v0.5.6, mixin @ v0.5.9 / v0.5.10).
+    * 0.5.14+ with the radix cache off and ``--max-running-requests`` set: the SWA pool is the running
+      requests' worst case, the rest goes to the full pool (:func:`_swa_request_cap_pools`).
+    * Otherwise 0.5.11+: ``HybridSWAPoolConfigurator`` (pool_configurator.py @ v0.5.13 l.196, @ v0.5.23
+      l.656) solves both pools from one cell (:func:`_configurator_swa_pools`).
     """
-    x = flags
-    d = layout.draft_full_layers if rel.swa_draft_share else 0
+    if rel.swa_split != SwaSplit.CONFIGURATOR:
+        return _mixin_swa_pools(rel, available_bytes, layout, flags, ratio, llama4_chunk_ratio)
+    if _swa_request_cap_applies(rel, layout.num_full_layers, sliding_window, flags.disable_radix_cache,
+                                flags.max_running_requests, flags.chunked_prefill_size):
+        return _swa_request_cap_pools(rel, available_bytes, layout, flags, sliding_window, swa_eviction_interval)
+    return _configurator_swa_pools(rel, available_bytes, layout, flags, ratio, sliding_window)
+
+
+def _swa_pools(rel: SGLangRelease, flags: PoolFlags, max_total_num_tokens: int, full_tokens: int,
+               swa_tokens: int) -> SWAPools:
+    """The pools, with the RuntimeError of an empty token pool (:func:`runtime_error_text`)."""
+    error = None if max_total_num_tokens > 0 else runtime_error_text(rel, flags.mem_fraction_static)
+    return SWAPools(max_total_num_tokens, full_tokens, swa_tokens, error)
+
+
+def _mixin_swa_pools(rel: SGLangRelease, available_bytes: int, layout: SwaLayout, flags: PoolFlags, ratio: float,
+                     llama4_chunk_ratio: float | None) -> SWAPools:
+    """<0.5.11: T = the profile's tokens, capped by ``--max-total-tokens`` and page-rounded, then split.
+
+    * <0.5.9 the profile divides by the plain cell F·(n_full+n_swa) (:func:`_layer_count_split`).
+    * 0.5.9-0.5.10 the profile cell is F n_full + S n_swa (:func:`_byte_weighted_split`); an all-SWA
+      model keeps T as its SWA pool.
+    """
     F, nf, S, ns = layout.full_layer_bytes, layout.num_full_layers, layout.swa_layer_bytes, layout.num_swa_layers
-    page_size, max_total_tokens, mem_fraction_static = x.page_size, x.max_total_tokens, x.mem_fraction_static
-
-    def align(x: float) -> int:
-        return int(x // page_size * page_size)
-
+    page_size = flags.page_size
     era = rel.swa_split
-    if era != SwaSplit.CONFIGURATOR:
-        profile_cell = F * (nf + ns) if era == SwaSplit.LAYER_COUNT else F * nf + S * ns
-        tokens = available_bytes // profile_cell
-        tokens, _ = apply_token_constraints(tokens, page_size, max_total_tokens)
-        if era == SwaSplit.LAYER_COUNT:
-            if llama4_chunk_ratio is not None:
-                t = llama4_chunk_ratio
-                swa = align(4 * tokens * t // (3 * t + 1))
-                full = align(4 * tokens - 12 * tokens * t // (3 * t + 1))
-            else:
-                full = int(tokens * (nf + ns) / (ratio * ns + nf))
-                swa = int(full * ratio)
-        elif nf == 0:
-            swa = round_to_page(tokens, page_size)
-            return SWAPools(swa, 0, swa, None if swa > 0 else runtime_error_text(rel, mem_fraction_static))
-        else:
-            total = tokens * (F * nf + S * ns)
-            full_raw = int(total / (F * nf + ratio * S * ns))
-            if era == SwaSplit.MIXIN_ROUNDED:
-                full = round_to_page(full_raw, page_size)
-                swa = round_to_page(int(full * ratio), page_size)
-            else:
-                full = round_to_page(full_raw, page_size)
-                swa = round_to_page(int(full_raw * ratio), page_size)
-        return SWAPools(full, full, swa, None if full > 0 else runtime_error_text(rel, mem_fraction_static))
+    profile_cell = F * (nf + ns) if era == SwaSplit.LAYER_COUNT else F * nf + S * ns
+    tokens, _ = apply_token_constraints(available_bytes // profile_cell, page_size, flags.max_total_tokens)
+    if era == SwaSplit.LAYER_COUNT:
+        full, swa = _layer_count_split(tokens, nf, ns, page_size, ratio, llama4_chunk_ratio)
+    elif nf == 0:
+        swa = round_to_page(tokens, page_size)
+        return _swa_pools(rel, flags, swa, 0, swa)
+    else:
+        full, swa = _byte_weighted_split(rel, tokens, layout, page_size, ratio)
+    return _swa_pools(rel, flags, full, full, swa)
 
-    def solve(max_total: int) -> SWAPools:
-        if nf == 0:
-            swa_ = round_to_page(max_total, page_size)
-            return SWAPools(swa_, 0, swa_, None if swa_ > 0 else runtime_error_text(rel, mem_fraction_static))
-        full_ = round_to_page(max_total, page_size)
-        swa_ = round_to_page(int(full_ * ratio), page_size)
-        if rel.validate_swa_pool_size and sliding_window is not None and sliding_window + page_size >= swa_:
-            return SWAPools(full_, full_, swa_, (
-                f"ValueError: SWA pool ({swa_} tokens) cannot hold even one request: the prefill admission "
-                f"floor is sliding_window_size ({sliding_window}) + page_size ({page_size}). Increase "
-                f"--swa-full-tokens-ratio or the total KV budget."))
-        return SWAPools(full_, full_, swa_, None if full_ > 0 else runtime_error_text(rel, mem_fraction_static))
 
-    if _swa_request_cap_applies(rel, nf, sliding_window, x.disable_radix_cache, x.max_running_requests,
-                                x.chunked_prefill_size):
-        n = _attn_dp_requested(rel, x.max_running_requests, x.attn_dp_size)
-        algo = (x.speculative_algorithm or "").upper()
-        decode = page_size if not algo else 2 * _alloc_len_per_decode(
-            rel, algo, num_steps=x.num_steps, topk=x.topk, num_draft_tokens=x.num_draft_tokens, page_size=page_size)
-        per_request = sliding_window + swa_eviction_interval * (x.num_draft_tokens or 1) + page_size + decode
-        cap = per_request * n + 2 * x.chunked_prefill_size + page_size
-        swa = -(-cap // page_size) * page_size
-        fixed = swa * S * ns
-        full = int((available_bytes - fixed) // (F * (nf + d))) // page_size * page_size
-        if full <= 0:
-            return SWAPools(full, full, swa, (
-                f"RuntimeError: SWA pool cap ({swa} tokens, {fixed / (1 << 30):.2f} GiB) leaves no room for the "
-                f"full KV pool within the available {available_bytes / (1 << 30):.2f} GiB. Reduce "
-                f"--max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, or increase --mem-fraction-static."))
-        if max_total_tokens is not None and max_total_tokens < full:
-            capped_full = round_to_page(max_total_tokens, page_size)
-            return SWAPools(capped_full, capped_full, min(swa, max_total_tokens),
-                            None if capped_full > 0 else runtime_error_text(rel, mem_fraction_static))
-        return SWAPools(full, full, swa)
+def _layer_count_split(tokens: int, nf: int, ns: int, page_size: int, ratio: float,
+                       llama4_chunk_ratio: float | None) -> tuple[int, int]:
+    """(full, swa) <0.5.9 (model_runner.py ``set_num_token_hybrid`` @ v0.5.6 l.1526): T·L layer-tokens
+    re-split by *layer count*, ``full = int(T L / (r n_swa + n_full))``, ``swa = int(full r)``, no page
+    rounding. Llama 4 (``llama4_chunk_ratio`` = attention_chunk_size / context_len = t):
+    ``swa = 4 T t // (3t+1)``, ``full = 4T − 12 T t // (3t+1)``, both page-rounded."""
+    if llama4_chunk_ratio is not None:
+        t = llama4_chunk_ratio
+        swa = _align(4 * tokens * t // (3 * t + 1), page_size)
+        full = _align(4 * tokens - 12 * tokens * t // (3 * t + 1), page_size)
+        return full, swa
+    full = int(tokens * (nf + ns) / (ratio * ns + nf))
+    return full, int(full * ratio)
 
-    cell = S * ns + F * d if nf == 0 else F * (nf + d) + ratio * S * ns + layout.draft_bytes
-    first = solve(int(available_bytes // cell))
-    if first.error is not None:
-        return first
-    if max_total_tokens is not None and max_total_tokens < first.max_total_num_tokens:
-        return solve(max_total_tokens)
+
+def _align(tokens: float, page_size: int) -> int:
+    return int(tokens // page_size * page_size)
+
+
+def _byte_weighted_split(rel: SGLangRelease, tokens: int, layout: SwaLayout, page_size: int,
+                         ratio: float) -> tuple[int, int]:
+    """(full, swa) 0.5.9-0.5.10: ``full = int(T (F nf + S ns) / (F nf + r S ns))`` page-rounded;
+    ``swa = int(full r)`` page-rounded, from the *unrounded* full in 0.5.9 (mixin
+    ``set_num_tokens_hybrid_swa`` @ v0.5.9 l.251), from the page-rounded full in 0.5.10 (mixin
+    ``_resolve_hybrid_swa_tokens``)."""
+    F, nf, S, ns = layout.full_layer_bytes, layout.num_full_layers, layout.swa_layer_bytes, layout.num_swa_layers
+    total = tokens * (F * nf + S * ns)
+    full_raw = int(total / (F * nf + ratio * S * ns))
+    full = round_to_page(full_raw, page_size)
+    swa_from = full if rel.swa_split == SwaSplit.MIXIN_ROUNDED else full_raw
+    return full, round_to_page(int(swa_from * ratio), page_size)
+
+
+def _swa_draft_layers(rel: SGLangRelease, layout: SwaLayout) -> int:
+    """EAGLE/STANDALONE draft layers priced at the full-layer width (0.5.18+, ``eagle_draft_num_layers``;
+    0.5.14 adds no draft share for hybrid SWA models). Banded MTP depths of Inkling and
+    ``eagle_draft_swa_num_layers`` are not modelled."""
+    return layout.draft_full_layers if rel.swa_draft_share else 0
+
+
+def _configurator_swa_pools(rel: SGLangRelease, available_bytes: int, layout: SwaLayout, flags: PoolFlags,
+                            ratio: float, sliding_window: int | None) -> SWAPools:
+    """0.5.11+ (pool_configurator.py ``HybridSWAPoolConfigurator`` @ v0.5.13 l.196, @ v0.5.23 l.656):
+    ``max_total = int(bytes // cell)`` (:func:`_swa_cell_bytes`), split by :func:`_solve_swa`; a
+    ``--max-total-tokens`` cap re-solves from the capped value."""
+    first = _solve_swa(rel, int(available_bytes // _swa_cell_bytes(rel, layout, ratio)), layout, flags, ratio,
+                       sliding_window)
+    max_total_tokens = flags.max_total_tokens
+    if first.error is None and max_total_tokens is not None and max_total_tokens < first.max_total_num_tokens:
+        return _solve_swa(rel, max_total_tokens, layout, flags, ratio, sliding_window)
     return first
+
+
+def _swa_cell_bytes(rel: SGLangRelease, layout: SwaLayout, ratio: float) -> float:
+    """Bytes per full-pool token: ``F (nf + d) + r S ns [+ draft]``; all-SWA ``S ns + F d``
+    (d: :func:`_swa_draft_layers`; the 0.5.14 profile split's draft share as ``draft_bytes``)."""
+    F, nf, S, ns = layout.full_layer_bytes, layout.num_full_layers, layout.swa_layer_bytes, layout.num_swa_layers
+    d = _swa_draft_layers(rel, layout)
+    if nf == 0:
+        return S * ns + F * d
+    return (F * (nf + d)  # full layers and the draft at the full width
+            + ratio * S * ns  # r SWA tokens per full token
+            + layout.draft_bytes)
+
+
+def _solve_swa(rel: SGLangRelease, max_total: int, layout: SwaLayout, flags: PoolFlags, ratio: float,
+               sliding_window: int | None) -> SWAPools:
+    """``full = max_total // page · page``; ``swa = int(full r) // page · page``; all-SWA models:
+    ``swa = max_total // page · page``. From 0.5.18 (inline; a method @ v0.5.23) ``validate_swa_pool_size``
+    raises when ``sliding_window + page >= swa``."""
+    page_size = flags.page_size
+    if layout.num_full_layers == 0:
+        swa = round_to_page(max_total, page_size)
+        return _swa_pools(rel, flags, swa, 0, swa)
+    full = round_to_page(max_total, page_size)
+    swa = round_to_page(int(full * ratio), page_size)
+    if rel.validate_swa_pool_size and sliding_window is not None and sliding_window + page_size >= swa:
+        return SWAPools(full, full, swa, (
+            f"ValueError: SWA pool ({swa} tokens) cannot hold even one request: the prefill admission "
+            f"floor is sliding_window_size ({sliding_window}) + page_size ({page_size}). Increase "
+            f"--swa-full-tokens-ratio or the total KV budget."))
+    return _swa_pools(rel, flags, full, full, swa)
+
+
+def _swa_request_cap_pools(rel: SGLangRelease, available_bytes: int, layout: SwaLayout, flags: PoolFlags,
+                           sliding_window: int, swa_eviction_interval: int) -> SWAPools:
+    """0.5.14+ (``SWAChunkCapPoolConfigurator`` @ v0.5.14 l.339 / @ v0.5.18 l.598,
+    ``SWARequestCapPoolConfigurator`` @ v0.5.23 l.924): the SWA pool is :func:`_swa_request_cap_tokens`,
+    the rest of the budget goes to the full pool: ``full = int((bytes − swa S ns) // (F (nf + d))) // page · page``
+    (RuntimeError when <= 0); a cap re-solve keeps swa ``min(swa, T)``. Overlap schedule on, not a PD
+    decode node."""
+    F, nf, S, ns = layout.full_layer_bytes, layout.num_full_layers, layout.swa_layer_bytes, layout.num_swa_layers
+    page_size, max_total_tokens = flags.page_size, flags.max_total_tokens
+    swa = _swa_request_cap_tokens(rel, flags, sliding_window, swa_eviction_interval)
+    fixed = swa * S * ns
+    full = int((available_bytes - fixed) // (F * (nf + _swa_draft_layers(rel, layout)))) // page_size * page_size
+    if full <= 0:
+        return SWAPools(full, full, swa, (
+            f"RuntimeError: SWA pool cap ({swa} tokens, {fixed / (1 << 30):.2f} GiB) leaves no room for the "
+            f"full KV pool within the available {available_bytes / (1 << 30):.2f} GiB. Reduce "
+            f"--max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, or increase --mem-fraction-static."))
+    if max_total_tokens is not None and max_total_tokens < full:
+        capped_full = round_to_page(max_total_tokens, page_size)
+        return _swa_pools(rel, flags, capped_full, capped_full, min(swa, max_total_tokens))
+    return SWAPools(full, full, swa)
+
+
+def _swa_request_cap_tokens(rel: SGLangRelease, flags: PoolFlags, sliding_window: int,
+                            swa_eviction_interval: int) -> int:
+    """``compute_swa_request_cap`` (@ v0.5.23): the worst case of the running requests,
+    ``cap = (window + eviction_interval · D + page + decode) · (running // dp) + 2 · chunk + page``
+    with D = draft tokens (1 without speculative decoding), ``running // dp`` ``max(1, …)`` and
+    ``chunk > 0`` required after 0.5.20; ``swa = ceil(cap / page) · page``."""
+    x = flags
+    page_size = x.page_size
+    running = _attn_dp_requested(rel, x.max_running_requests, x.attn_dp_size)
+    per_request = (sliding_window
+                   + swa_eviction_interval * (x.num_draft_tokens or 1)  # SGLANG_SWA_EVICTION_INTERVAL · D
+                   + page_size
+                   + _swa_decode_tokens(rel, x))
+    cap = per_request * running + 2 * x.chunked_prefill_size + page_size
+    return -(-cap // page_size) * page_size
+
+
+def _swa_decode_tokens(rel: SGLangRelease, flags: PoolFlags) -> int:
+    """The decode allowance per request in the SWA cap: the page, or ``2 · alloc_len_per_decode`` with
+    speculative decoding (overlap schedule)."""
+    algo = (flags.speculative_algorithm or "").upper()
+    if not algo:
+        return flags.page_size
+    return 2 * _alloc_len_per_decode(rel, algo, num_steps=flags.num_steps, topk=flags.topk,
+                                     num_draft_tokens=flags.num_draft_tokens, page_size=flags.page_size)
 
 
 def _swa_request_cap_applies(rel: SGLangRelease, nf: int, sliding_window: int | None, disable_radix_cache: bool,

@@ -12,8 +12,11 @@ Provenance. Conformance-run wheels (tests/conformance): 0.4.6.post5, 0.5.6, 0.5.
 read from the releases in between where named (0.4.7, 0.4.8, 0.4.9, 0.5.1, 0.5.2, 0.5.8, 0.5.11,
 0.5.16, 0.5.17); otherwise a change is gated at the first read release that has it.
 
-Specifiers (``>=X``, ``<X`` and their conjunctions) are evaluated by plain ``Version`` ordering,
-pre-releases included: ``0.5.14rc1`` sorts before 0.5.14, so it behaves as the releases before it.
+``Trait`` / ``Era`` are the shared ones of :mod:`kvscope.release_table`; this table binds the SGLang
+containment rule (:func:`~kvscope.release_table.by_order_else_pep440`): ``>=X``, ``<X`` and their
+conjunctions by plain ``Version`` ordering, pre-releases included (``0.5.14rc1`` sorts before 0.5.14, so
+it behaves as the releases before it); the log formats' ``>X`` as PEP 440 has it (X's post-releases
+are not after X).
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ...errors import FlagError
+from ...release_table import Era, Trait, bind_rule, by_order_else_pep440
 
 LATEST = "0.5.23"
 KNOWN_VERSIONS = (
@@ -34,49 +37,6 @@ KNOWN_VERSIONS = (
     "0.5.22", "0.5.23",
 )
 OLDEST = "0.4.0"  # older than any release kvscope models: refused
-
-
-def _contains(spec: str, v: Version) -> bool:
-    """``v in SpecifierSet(spec)`` by plain ``Version`` ordering: pre-releases count, and ``<X``
-    holds for X's own pre-releases (PEP 440 excludes them; ``0.5.14rc1`` is before 0.5.14 here)."""
-    for s in SpecifierSet(spec):
-        if s.operator == "<":
-            ok = v < Version(s.version)
-        elif s.operator == ">=":
-            ok = v >= Version(s.version)
-        else:
-            ok = s.contains(v, prereleases=True)
-        if not ok:
-            return False
-    return True
-
-
-@dataclass(frozen=True)
-class Trait:
-    """A two-valued behaviour: present in ``spec``; ``pinned``: the release + file that shows it."""
-
-    spec: str
-    pinned: str
-
-    def at(self, v: Version) -> bool:
-        return _contains(self.spec, v)
-
-
-@dataclass(frozen=True)
-class Era:
-    """A behaviour with more than two values: ``(specifier, value, pinned)`` rows tiling the versions."""
-
-    rows: tuple[tuple[str, str, str], ...]
-
-    def at(self, v: Version) -> str:
-        hits = [value for spec, value, _ in self.rows if _contains(spec, v)]
-        if len(hits) != 1:
-            raise ValueError(f"era rows {self.rows} give {hits} for {v}")
-        return hits[0]
-
-    @property
-    def values(self) -> tuple[str, ...]:
-        return tuple(value for _, value, _ in self.rows)
 
 
 # --- era values (named, compared by identity of meaning, never ordered) -----------------------
@@ -179,7 +139,7 @@ class BaselineCode:
 
 # --- THE TABLE ---------------------------------------------------------------------------------
 
-TRAITS: dict[str, Trait | Era] = {
+TRAITS: dict[str, Trait | Era] = bind_rule(by_order_else_pep440, {
     # defaults (server_args.py ServerArgs.__post_init__ <= 0.5.2, _handle_gpu_memory_settings 0.5.3-0.5.18,
     # arg_groups/memory_hook.py 0.5.19+)
     "defaults_ladder": Era((
@@ -389,7 +349,7 @@ TRAITS: dict[str, Trait | Era] = {
     "log_unbalanced_min_per_gpu": Trait("<0.5.10", "0.5.9 model_runner.py l.843 \"min_per_gpu_memory=\" "
                                         "(0.4.6.post5 l.486)"),
     "log_unbalanced_pre_model_load": Trait(">0.5.9", "0.5.14 model_runner.py l.1278 \"pre_model_load_memory=\""),
-}
+})
 
 
 @dataclass(frozen=True)
@@ -502,7 +462,7 @@ def parse_version(text: str | None) -> Version:
 
 @lru_cache(maxsize=128)
 def _build(v: Version) -> SGLangRelease:
-    return SGLangRelease(version=v, **{name: trait.at(v) for name, trait in TRAITS.items()})
+    return SGLangRelease(version=v, **{name: trait.value(v) for name, trait in TRAITS.items()})
 
 
 def release(version: "str | Version | SGLangRelease | None" = None) -> SGLangRelease:
@@ -518,10 +478,7 @@ def era_spec(name: str, value: str) -> str:
     era = TRAITS[name]
     if not isinstance(era, Era):
         raise TypeError(f"{name} is not an Era")
-    for spec, v, _ in era.rows:
-        if v == value:
-            return spec
-    raise KeyError(f"{name} has no row {value!r}")
+    return era.spec_of(value)
 
 
 def _check_table() -> None:

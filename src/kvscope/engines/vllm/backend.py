@@ -123,11 +123,13 @@ def _flash_attn_valid(traits: VersionTraits, cap: tuple[int, int], head_size: in
 
 # (backend, kernel block sizes, passes its validate_configuration)
 _Candidate = tuple[str, tuple[int, ...], bool]
+# (backend, kernel block sizes, valid, in the GPU's priority list)
+_Ranked = tuple[str, tuple[int, ...], bool, bool]
 
 
 def _backend_candidates(traits: VersionTraits, cap: tuple[int, int], *, is_mla: bool, is_sparse_mla: bool,
                         kv_cache_dtype: str, head_size: int, num_heads: int, qk_nope_head_dim: int | None,
-                        has_sink: bool, block: int | None) -> list[tuple[str, tuple[int, ...], bool, bool]]:
+                        has_sink: bool, block: int | None) -> list[_Ranked]:
     """(backend, kernel block sizes, valid, in the priority list) in ``_get_backend_priorities`` order
     (vllm/platforms/cuda.py @ v0.19.1 … v0.33.0) with each backend's ``validate_configuration``; a
     ``--block-size`` must be a multiple of a kernel block. Backends outside the GPU's list that
@@ -220,7 +222,7 @@ def _mla_candidates(t: VersionTraits, cap: tuple[int, int], *, is_sparse_mla: bo
 
 def _rocm_candidates(traits: VersionTraits, gcn_arch: str, *, is_mla: bool, is_sparse_mla: bool, kv_cache_dtype: str,
                      head_size: int, has_sink: bool, block: int | None
-                     ) -> list[tuple[str, tuple[int, ...], bool, bool]]:
+                     ) -> list[_Ranked]:
     """``RocmPlatform`` ``_get_backend_priorities`` + each backend's ``validate_configuration``
     (vllm/platforms/rocm.py @ v0.19.1 … v0.33.0) with vLLM's env defaults (``VLLM_ROCM_USE_AITER``
     off, so no AITER MLA / AITER FA) and aiter installed (``is_aiter_found_and_supported``: MI300 /
@@ -282,39 +284,41 @@ _CUDA_BACKENDS = ("FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "
 _ROCM_BACKENDS = ("ROCM_ATTN", "ROCM_AITER_UNIFIED_ATTN", "TRITON_ATTN", "TRITON_MLA", "ROCM_AITER_MLA_SPARSE")
 
 
+@dataclass(frozen=True)
+class _SelectorQuery:
+    """What each backend's ``validate_configuration`` is asked (vllm/v1/attention/backend.py @ v0.19.1
+    … v0.33.0), on CUDA (``cap``) or ROCm (``gpu_sm`` = GCN arch)."""
+
+    traits: VersionTraits
+    gpu_sm: str
+    rocm: bool
+    cap: tuple[int, int] | None  # compute capability (CUDA only)
+    is_mla: bool
+    is_sparse_mla: bool
+    kv_cache_dtype: str
+    head_size: int
+    num_heads: int  # attention heads per rank
+    qk_nope_head_dim: int | None
+    has_sink: bool
+    block_size: int | None  # --block-size (None: unset)
+
+    def describe(self) -> str:
+        """The configuration vLLM's "not valid" / "No valid attention backend" errors print."""
+        return (f"(vLLM {self.traits.version}, {self.gpu_sm}, head_size={self.head_size}, kv_cache_dtype="
+                f"{self.kv_cache_dtype}, block_size={self.block_size}, use_mla={self.is_mla}, "
+                f"use_sparse={self.is_sparse_mla}).")
+
+
 def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvidia", is_mla: bool = False,
                        is_sparse_mla: bool = False, kv_cache_dtype: str = "auto", head_size: int = 128,
                        num_heads: int = 32, qk_nope_head_dim: int | None = 128, has_sink: bool = False,
                        user_block_size: int | None = None, is_hybrid: bool = False,
                        selected_backend: str | None = None) -> tuple[int, str | None, str]:
     """(block_size, backend, source) of vLLM >= 0.18 on CUDA and ROCm (the backend registry;
-    the 0.18.0 differences are inline).
-
-    * Backend: ``CudaPlatformBase.get_attn_backend_cls`` walks ``_get_backend_priorities``
-      (vllm/platforms/cuda.py @ v0.19.1, v0.20.2, v0.26.0, v0.28.0, v0.33.0) and takes the first
-      backend whose ``validate_configuration`` passes (head size, KV dtype, block size when
-      ``--block-size`` is given, MLA / sparse, capability, sinks; vllm/v1/attention/backend.py).
-      MHA: SM10x FlashInfer, FlashAttention, Triton, Flex; other GPUs FlashAttention first.
-      MLA: SM10x FlashInfer-MLA, CUTLASS-MLA, FA-MLA, FlashMLA, Triton-MLA; SM9x FA-MLA (bf16 KV),
-      FlashMLA (fp8 KV), Triton-MLA; SM8x / SM12x Triton-MLA. Sparse MLA (DSA): SM10x FlashInfer
-      sparse for fp8 KV or <= 16 heads per rank, else FlashMLA sparse; SM9x FlashMLA sparse
-      (0.26+: FlashAttention-MLA sparse first for bf16 KV).
-    * Block size: ``--block-size`` is kept (``user_specified_block_size``). Otherwise
-      ``Platform.update_block_size_for_backend`` (vllm/platforms/interface.py) takes the first
-      attention layer's ``get_preferred_block_size(16)``: 16 if the backend accepts it, else its
-      smallest kernel block (FlashInfer-MLA 32, FlashMLA 64, CUTLASS-MLA 128). Sparse MLA: the first
-      layer is the DSA indexer K cache (``DeepseekV32IndexerBackend``, kernel block 64 on CUDA;
-      vllm/v1/attention/backends/mla/indexer.py), so 64; 0.33 takes the smallest size every backend
-      accepts (``_preferred_block_size_for_backends``), also 64.
-    * Hybrid (mamba) models: v0.19 keeps 16 (``update_block_size_for_backend`` skips them;
-      ``HybridAttentionMambaModelConfig`` aligns later); from v0.20.2 phase 1 applies to them too.
-      The mamba alignment itself is ``kv_cache.hybrid_kernel_block_alignment``.
-
-    * ROCm (``vendor="amd"``, ``gpu_sm`` = GCN arch): ``RocmPlatform`` priorities with aiter found
-      and ``VLLM_ROCM_USE_AITER`` off (:func:`_rocm_candidates`); ROCM_AITER_UNIFIED_ATTN prefers 64.
-    * ``selected_backend`` (``--attention-backend``): only that backend is validated; invalid (or
-      not in this GPU's list) raises like vLLM's "Selected backend ... is not valid".
-    * FlashAttention pages: FA4 head 256 on SM10x 128 (v0.30+), SM90 fp8 head 512 64 (v0.33).
+    the 0.18.0 differences are inline): the GPU's backend candidates (:func:`_backend_candidates`,
+    :func:`_rocm_candidates`), the one backend ``--attention-backend`` names
+    (:func:`_validate_selected`) or the first valid one (:func:`_first_valid_backend`), then its
+    block size (:func:`_preferred_block_size`).
 
     Not modelled: other platforms (XPU/CPU/TPU: 16, estimated), ``VLLM_ROCM_USE_AITER=1``,
     per-model backend overrides (Gemma 4), models mixing backends beyond DSA indexer + MLA,
@@ -327,48 +331,93 @@ def default_block_size(traits: VersionTraits, *, gpu_sm: str, vendor: str = "nvi
         if user_block_size is not None:
             return user_block_size, None, "flag"
         return 16, None, "CacheConfig.DEFAULT_BLOCK_SIZE (backend registry of this platform not modelled) [estimated]"
-    if rocm:
-        cands = _rocm_candidates(traits, gpu_sm, is_mla=is_mla, is_sparse_mla=is_sparse_mla,
-                                 kv_cache_dtype=kv_cache_dtype, head_size=head_size, has_sink=has_sink,
-                                 block=user_block_size)
-    else:
-        cands = _backend_candidates(traits, cap, is_mla=is_mla, is_sparse_mla=is_sparse_mla,
-                                    kv_cache_dtype=kv_cache_dtype, head_size=head_size, num_heads=num_heads,
-                                    qk_nope_head_dim=qk_nope_head_dim, has_sink=has_sink, block=user_block_size)
+    q = _SelectorQuery(traits=traits, gpu_sm=gpu_sm, rocm=rocm, cap=cap, is_mla=is_mla,
+                       is_sparse_mla=is_sparse_mla, kv_cache_dtype=kv_cache_dtype, head_size=head_size,
+                       num_heads=num_heads, qk_nope_head_dim=qk_nope_head_dim, has_sink=has_sink,
+                       block_size=user_block_size)
+    cands = _platform_candidates(q)
     if selected_backend is not None:
-        # get_attn_backend_cls: the selected backend alone is validated; invalid raises
-        sel = selected_backend.upper()
-        hit = next(((n, sz, ok) for n, sz, ok, _listed in cands if n == sel), None)
-        if hit is None and sel not in (_ROCM_BACKENDS if rocm else _CUDA_BACKENDS):
-            raise ConfigError(f"--attention-backend {selected_backend}: not modelled by kvscope for "
-                              f"{'ROCm' if rocm else 'CUDA'}", field="--attention-backend",
-                              fix="drop it (kvscope then follows vLLM's priority order)")
-        if hit is None or not hit[2]:
-            # not in this GPU's priority list: wrong compute capability / MLA kind for it
-            raise ConfigError(f"Selected backend AttentionBackendEnum.{sel} is not valid for this configuration "
-                              f"(vLLM {traits.version}, {gpu_sm}, head_size={head_size}, kv_cache_dtype="
-                              f"{kv_cache_dtype}, block_size={user_block_size}, use_mla={is_mla}, "
-                              f"use_sparse={is_sparse_mla}).", field="--attention-backend",
-                              fix="drop --attention-backend or pick a backend this GPU and model support")
-        cands = [hit + (True,)]
+        name, sizes = _validate_selected(q, cands, selected_backend)
+    else:
+        name, sizes = _first_valid_backend(q, cands)
+    return _preferred_block_size(q, name, sizes, is_hybrid)
+
+
+def _platform_candidates(q: _SelectorQuery) -> list[_Ranked]:
+    """The platform's (backend, kernel block sizes, valid, listed) table: ROCm (``vendor="amd"``)
+    ``RocmPlatform`` priorities with aiter found and ``VLLM_ROCM_USE_AITER`` off
+    (:func:`_rocm_candidates`); CUDA ``_get_backend_priorities`` (:func:`_backend_candidates`)."""
+    if q.rocm:
+        return _rocm_candidates(q.traits, q.gpu_sm, is_mla=q.is_mla, is_sparse_mla=q.is_sparse_mla,
+                                kv_cache_dtype=q.kv_cache_dtype, head_size=q.head_size, has_sink=q.has_sink,
+                                block=q.block_size)
+    assert q.cap is not None
+    return _backend_candidates(q.traits, q.cap, is_mla=q.is_mla, is_sparse_mla=q.is_sparse_mla,
+                               kv_cache_dtype=q.kv_cache_dtype, head_size=q.head_size, num_heads=q.num_heads,
+                               qk_nope_head_dim=q.qk_nope_head_dim, has_sink=q.has_sink, block=q.block_size)
+
+
+def _validate_selected(q: _SelectorQuery, cands: list[_Ranked], selected_backend: str) -> tuple[str, tuple[int, ...]]:
+    """``--attention-backend``: ``get_attn_backend_cls`` (vllm/platforms/cuda.py @ v0.19.1 … v0.33.0)
+    validates the selected backend alone; invalid, or not in this GPU's priority list (wrong compute
+    capability / MLA kind for it), raises like vLLM's "Selected backend ... is not valid"."""
+    sel = selected_backend.upper()
+    hit = next(((n, sz, ok) for n, sz, ok, _listed in cands if n == sel), None)
+    if hit is None and sel not in (_ROCM_BACKENDS if q.rocm else _CUDA_BACKENDS):
+        raise ConfigError(f"--attention-backend {selected_backend}: not modelled by kvscope for "
+                          f"{'ROCm' if q.rocm else 'CUDA'}", field="--attention-backend",
+                          fix="drop it (kvscope then follows vLLM's priority order)")
+    if hit is None or not hit[2]:
+        raise ConfigError(f"Selected backend AttentionBackendEnum.{sel} is not valid for this configuration "
+                          f"{q.describe()}", field="--attention-backend",
+                          fix="drop --attention-backend or pick a backend this GPU and model support")
+    return hit[0], hit[1]
+
+
+def _first_valid_backend(q: _SelectorQuery, cands: list[_Ranked]) -> tuple[str, tuple[int, ...]]:
+    """``CudaPlatformBase.get_attn_backend_cls`` walks ``_get_backend_priorities``
+    (vllm/platforms/cuda.py @ v0.19.1, v0.20.2, v0.26.0, v0.28.0, v0.33.0) and takes the first
+    backend whose ``validate_configuration`` passes (head size, KV dtype, block size when
+    ``--block-size`` is given, MLA / sparse, capability, sinks; vllm/v1/attention/backend.py).
+    MHA: SM10x FlashInfer, FlashAttention, Triton, Flex; other GPUs FlashAttention first.
+    MLA: SM10x FlashInfer-MLA, CUTLASS-MLA, FA-MLA, FlashMLA, Triton-MLA; SM9x FA-MLA (bf16 KV),
+    FlashMLA (fp8 KV), Triton-MLA; SM8x / SM12x Triton-MLA. Sparse MLA (DSA): SM10x FlashInfer
+    sparse for fp8 KV or <= 16 heads per rank, else FlashMLA sparse; SM9x FlashMLA sparse
+    (0.26+: FlashAttention-MLA sparse first for bf16 KV). FlashAttention pages: FA4 head 256 on
+    SM10x 128 (v0.30+), SM90 fp8 head 512 64 (v0.33)."""
     chosen = next(((n, sz) for n, sz, ok, listed in cands if ok and listed), None)
     if chosen is None:
-        raise ConfigError(f"No valid attention backend found for {'rocm' if rocm else 'cuda'} "
-                          f"(vLLM {traits.version}, {gpu_sm}, "
-                          f"head_size={head_size}, kv_cache_dtype={kv_cache_dtype}, block_size={user_block_size}, "
-                          f"use_mla={is_mla}, use_sparse={is_sparse_mla}).",
-                          field="--block-size" if user_block_size is not None else "--kv-cache-dtype",
+        raise ConfigError(f"No valid attention backend found for {'rocm' if q.rocm else 'cuda'} {q.describe()}",
+                          field="--block-size" if q.block_size is not None else "--kv-cache-dtype",
                           fix="drop --block-size, or use another --kv-cache-dtype")
-    name, sizes = chosen
-    if user_block_size is not None:
-        return user_block_size, name, "flag"
-    if is_hybrid and not traits.hybrid_block_from_backend:
+    return chosen
+
+
+def _preferred_block_size(q: _SelectorQuery, name: str, sizes: tuple[int, ...],
+                          is_hybrid: bool) -> tuple[int, str, str]:
+    """The block size once the backend is chosen.
+
+    * ``--block-size`` is kept (``user_specified_block_size``). Otherwise
+      ``Platform.update_block_size_for_backend`` (vllm/platforms/interface.py @ v0.19.1 … v0.33.0)
+      takes the first attention layer's ``get_preferred_block_size(16)``: 16 if the backend accepts
+      it, else its smallest kernel block (FlashInfer-MLA 32, FlashMLA 64, CUTLASS-MLA 128);
+      ROCM_AITER_UNIFIED_ATTN prefers 64.
+    * Sparse MLA: the first layer is the DSA indexer K cache (``DeepseekV32IndexerBackend``, kernel
+      block 64 on CUDA; vllm/v1/attention/backends/mla/indexer.py), so 64; 0.33 takes the smallest
+      size every backend accepts (``_preferred_block_size_for_backends``), also 64.
+    * Hybrid (mamba) models: v0.19 keeps 16 (``update_block_size_for_backend`` skips them;
+      ``HybridAttentionMambaModelConfig`` aligns later); from v0.20.2 phase 1 applies to them too.
+      The mamba alignment itself is ``kv_cache.hybrid_kernel_block_alignment``.
+    """
+    if q.block_size is not None:
+        return q.block_size, name, "flag"
+    if is_hybrid and not q.traits.hybrid_block_from_backend:
         return 16, name, "CacheConfig.DEFAULT_BLOCK_SIZE (hybrid model: update_block_size_for_backend skips it)"
-    if is_sparse_mla and is_mla:
-        if rocm:  # DeepseekV32IndexerBackend: kernel block 1 on ROCm (v0.33: [1, MultipleOf(16)])
+    if q.is_sparse_mla and q.is_mla:
+        if q.rocm:  # DeepseekV32IndexerBackend: kernel block 1 on ROCm (v0.33: [1, MultipleOf(16)])
             return 16, name, f"CacheConfig.DEFAULT_BLOCK_SIZE: DSA indexer (first layer) and {name} accept 16"
         return 64, name, f"64: first layer is the DSA indexer (kernel block 64), backend {name}"
-    if name == "ROCM_AITER_UNIFIED_ATTN" and traits.aiter_unified_prefers_64:
+    if name == "ROCM_AITER_UNIFIED_ATTN" and q.traits.aiter_unified_prefers_64:
         return 64, name, f"{name} preferred block size 64"
     if _multiple(16, sizes):
         return 16, name, f"CacheConfig.DEFAULT_BLOCK_SIZE, accepted by {name}"

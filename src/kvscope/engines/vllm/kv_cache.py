@@ -631,88 +631,129 @@ def kv_cache_configs(plans: Sequence[KVCachePlan], available_bytes: Sequence[int
                      traits: VersionTraits, num_gpu_blocks_override: int | None = None,
                      cache_block_size: int | None = None, auto_fit: bool = False) -> KVCacheConfigs:
     """``get_kv_cache_configs`` over one DP engine's workers (one plan per PP stage), in the
-    release's order:
+    release's order (kv_cache_utils.py @ v0.10.1.1 … v0.29.0, kv_cache_planning.py @ v0.33.0):
+    the memory each admission check sees (:func:`admission_checks`), auto-fit
+    (:func:`auto_fit_max_model_len`), the check itself (:func:`check_enough_kv_cache_memory`),
+    ``num_blocks`` (:func:`num_blocks_per_worker`) and the capacity lines (:func:`report_capacity`).
 
-    * v0.10.1.1 / v0.11.0 (kv_cache_utils.py): admission check per worker on the sum over its
-      layers, then ``num_blocks = available // bytes_per_block`` per worker; the capacity lines
-      are logged per worker *before* the min over workers (the first line is worker 0's own
-      block count), then ``num_blocks`` = min, then the override; v0.10.x logs a single-group
-      model's tokens as ``num_blocks * cache_config.block_size`` (``cache_block_size``: the
-      attention block size, not the spec's for a pure mamba model;
-      ``_get_kv_cache_config_uniform_type`` @ v0.10.1.1);
+    * v0.10.1.1 / v0.11.0: admission check per worker on the sum over its layers, then
+      ``num_blocks = available // bytes_per_block`` per worker; the capacity lines are logged per
+      worker *before* the min over workers, then ``num_blocks`` = min, then the override;
     * v0.12.0 / v0.13.0: the same per-worker check, but the capacity is logged after the min;
     * v0.14.1 … v0.16.0: one check (and auto-fit) on the global groups -- all PP stages' layers
       -- against the smallest worker's memory (:func:`check_rules`);
     * v0.17.0 … v0.28: override folded into the available memory (v0.20.2+), check per worker on
       the projected groups (padding included), min over workers, capacity from the min;
     * v0.14.1 … v0.18.0 count only the first group's blocks in the need (:func:`check_rules`);
-    * v0.29+ (kv_cache_utils.py @ v0.29.0, kv_cache_planning.py @ v0.33.0): the check runs on ``available - bytes_per_block``
-      (the BlockPool's null block).
-
-    ``auto_fit`` (``--max-model-len -1``, v0.14+): before the check, ``_auto_fit_max_model_len``
-    lowers ``max_model_len`` to the smallest per-worker ``estimate_max_model_len`` (on the
-    memory the check uses) or raises :data:`AUTO_FIT_ERROR` when not one token fits.
+    * v0.29+: the check runs on ``available - bytes_per_block`` (the BlockPool's null block).
     """
     cfg = scheduler_view_for(cfg, traits)
-    legacy, first_only, global_check = check_rules(traits)
     avail = planner_available_bytes(plans, available_bytes, traits, num_gpu_blocks_override)
-    check = [m - p.bytes_per_block if (traits.null_block_reserved and p.groups) else m
-             for p, m in zip(plans, avail)]
-    # the (plan, memory) pairs the admission check runs on
-    if global_check and any(p.groups for p in plans):
-        checks = [(merged_plan(plans), min(m for p, m in zip(plans, check)))]
-    else:
-        checks = [(p, m) for p, m in zip(plans, check) if p.groups]
-    needed: list[int] = []
-    checked: list[int] = []
-    estimates: list[int] = []
-    error = None
-    estimated = None
+    checks = admission_checks(plans, avail, traits)
     if auto_fit and checks:
-        fit = min([cfg.max_model_len] + [estimate_max_model_len(m, p, cfg, first_group_only=first_only)
-                                         for p, m in checks])
+        fit = auto_fit_max_model_len(checks, cfg, traits)
         if fit <= 0:
             return KVCacheConfigs(num_blocks=0, kv_cache_tokens=0, max_concurrency=0.0, needed_memory_bytes=(),
                                   check_memory_bytes=tuple(m for _, m in checks),
                                   error=AUTO_FIT_ERROR, estimated_max_model_len=None,
                                   max_model_len=cfg.max_model_len)
         cfg = cfg.with_max_model_len(fit)
+    admission = check_enough_kv_cache_memory(checks, cfg, traits)
+    own, blocks = num_blocks_per_worker(plans, avail, traits, num_gpu_blocks_override)
+    tokens, conc = report_capacity(plans[0], own[0] if traits.capacity_log_per_worker else blocks, cfg, traits,
+                                   cache_block_size)
+    return KVCacheConfigs(num_blocks=blocks, kv_cache_tokens=tokens, max_concurrency=conc,
+                          needed_memory_bytes=admission.needed_memory_bytes,
+                          check_memory_bytes=admission.check_memory_bytes,
+                          error=admission.error, estimated_max_model_len=admission.estimated_max_model_len,
+                          max_model_len=cfg.max_model_len,
+                          estimated_max_model_lens=admission.estimated_max_model_lens)
+
+
+def admission_checks(plans: Sequence[KVCachePlan], avail: Sequence[int],
+                     traits: VersionTraits) -> list[tuple[KVCachePlan, int]]:
+    """The (plan, memory) pairs the admission check runs on: each worker with layers on its own
+    memory, or v0.14.1 … v0.16.0 once on the global groups against the smallest worker's memory
+    (:func:`check_rules`); from v0.29 less one block, the BlockPool's null block
+    (kv_cache_utils.py @ v0.29.0, kv_cache_planning.py @ v0.33.0)."""
+    check = [m - p.bytes_per_block if (traits.null_block_reserved and p.groups) else m
+             for p, m in zip(plans, avail)]
+    _, _, global_check = check_rules(traits)
+    if global_check and any(p.groups for p in plans):
+        return [(merged_plan(plans), min(check))]
+    return [(p, m) for p, m in zip(plans, check) if p.groups]
+
+
+def auto_fit_max_model_len(checks: Sequence[tuple[KVCachePlan, int]], cfg: SchedulerView,
+                           traits: VersionTraits) -> int:
+    """``_auto_fit_max_model_len`` (``--max-model-len -1``, v0.14+; kv_cache_utils.py @ v0.14.1):
+    ``max_model_len`` lowered to the smallest ``estimate_max_model_len`` over the checks (on the
+    memory the check uses); <= 0 when not one token fits (:data:`AUTO_FIT_ERROR`)."""
+    _, first_only, _ = check_rules(traits)
+    return min([cfg.max_model_len] + [estimate_max_model_len(m, p, cfg, first_group_only=first_only)
+                                      for p, m in checks])
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The admission check over every (plan, memory) pair; the first failure's error."""
+
+    needed_memory_bytes: tuple[int, ...]
+    check_memory_bytes: tuple[int, ...]
+    estimated_max_model_lens: tuple[int, ...]
+    error: str | None
+    estimated_max_model_len: int | None  # in the error (None when the check passed)
+
+
+def check_enough_kv_cache_memory(checks: Sequence[tuple[KVCachePlan, int]], cfg: SchedulerView,
+                                 traits: VersionTraits) -> Admission:
+    """``check_enough_kv_cache_memory`` (kv_cache_utils.py @ v0.10.1.1 … v0.29.0,
+    kv_cache_planning.py @ v0.33.0): no memory at all, or a one-request need above the memory,
+    raises; the need per layer or per group as :func:`check_rules` says."""
+    legacy, first_only, _ = check_rules(traits)
+    needed: list[int] = []
+    estimates: list[int] = []
+    error, estimated = None, None
     for p, m in checks:
         need = p.needed_memory_bytes(cfg, per_layer=legacy, first_group_only=first_only)
         needed.append(need)
-        checked.append(m)
         estimates.append(estimate_max_model_len(m, p, cfg, per_layer=legacy, first_group_only=first_only))
         if error is not None:
-            continue
+            continue  # the first failing worker's error is the one raised
         if m <= 0:
             error = no_available_memory_error(traits)
         elif need > m:
             estimated = estimates[-1]
             error = insufficient_memory_error(cfg.max_model_len, need, m, estimated, traits)
+    return Admission(tuple(needed), tuple(m for _, m in checks), tuple(estimates), error, estimated)
+
+
+def num_blocks_per_worker(plans: Sequence[KVCachePlan], avail: Sequence[int], traits: VersionTraits,
+                          num_gpu_blocks_override: int | None) -> tuple[list[int], int]:
+    """(each worker's own block count, ``num_blocks`` = the min over workers). The override replaces
+    the counts where it is not already in the available memory (before v0.20.2), and where the
+    capacity is logged per worker (v0.10 / v0.11, kv_cache_utils.py @ v0.11.0)."""
     own = [num_blocks_from_available(m, p) for p, m in zip(plans, avail)]
-    blocks = min(own)
-    # v0.10/v0.11 log each worker's capacity before the min over workers; v0.12.0 moved
-    # ``_report_kv_cache_config`` after it (kv_cache_utils.py @ v0.12.0 ``get_kv_cache_configs``)
-    logs_before_min = traits.capacity_log_per_worker
-    if num_gpu_blocks_override is not None:
-        if logs_before_min or not traits.override_folds_into_available:
-            own = [num_gpu_blocks_override if p.groups else b for p, b in zip(plans, own)]
-        blocks = min(own)
-    plan0 = plans[0]
-    shown = own[0] if logs_before_min else blocks
+    if num_gpu_blocks_override is not None and (traits.capacity_log_per_worker
+                                                or not traits.override_folds_into_available):
+        own = [num_gpu_blocks_override if p.groups else b for p, b in zip(plans, own)]
+    return own, min(own)
+
+
+def report_capacity(plan0: KVCachePlan, num_blocks: int, cfg: SchedulerView, traits: VersionTraits,
+                    cache_block_size: int | None) -> tuple[int, float]:
+    """(tokens, concurrency) of ``_report_kv_cache_config``, from the first worker's plan and the block
+    count it logs: v0.10/v0.11 log each worker's own count before the min over workers; v0.12.0
+    moved the report after it (kv_cache_utils.py @ v0.12.0 ``get_kv_cache_configs``). v0.10.x logs
+    a single-group model's tokens as ``num_blocks * cache_config.block_size`` (``cache_block_size``:
+    the attention block size, not the spec's for a pure mamba model;
+    ``_get_kv_cache_config_uniform_type`` @ v0.10.1.1)."""
     if plan0.is_attention_free:
-        tokens, conc = 0, 0.0
-    elif (traits.capacity_tokens_from_cache_block and len(plan0.groups) == 1 and cache_block_size is not None
-          and not traits.is_v0):
-        tokens = shown * cache_block_size
-        conc = max_concurrency(shown, plan0, cfg)
-    else:
-        tokens = kv_cache_size_tokens(shown, plan0, cfg, traits)
-        conc = max_concurrency(shown, plan0, cfg)
-    return KVCacheConfigs(num_blocks=blocks, kv_cache_tokens=tokens, max_concurrency=conc,
-                          needed_memory_bytes=tuple(needed), check_memory_bytes=tuple(checked),
-                          error=error, estimated_max_model_len=estimated, max_model_len=cfg.max_model_len,
-                          estimated_max_model_lens=tuple(estimates))
+        return 0, 0.0
+    if (traits.capacity_tokens_from_cache_block and len(plan0.groups) == 1 and cache_block_size is not None
+            and not traits.is_v0):
+        return num_blocks * cache_block_size, max_concurrency(num_blocks, plan0, cfg)
+    return kv_cache_size_tokens(num_blocks, plan0, cfg, traits), max_concurrency(num_blocks, plan0, cfg)
 
 
 def format_gib(n: int | float) -> str:

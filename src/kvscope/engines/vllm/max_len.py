@@ -108,18 +108,33 @@ def _rope_dicts(config: Mapping[str, Any], traits: VersionTraits) -> list[dict] 
 
 def derive_max_model_len(config: Mapping[str, Any], traits: VersionTraits) -> DerivedMaxModelLen:
     """``_get_and_verify_max_len`` without a user value (vllm/config/model.py @ v0.11.0, v0.19.1 …
-    v0.28.0, v0.33.0; vllm/config/__init__.py @ v0.10.1.1), for the text config of a generate model.
-
-    * the smallest of ``MAX_LEN_KEYS`` present; a truthy ``model_max_length`` overrides it; none:
-      2048 (only when the user passes no value);
-    * RoPE (skipped for ``gemma3*``): types other than su/longrope/llama3 (0.33: also yarn,
-      deepseek_yarn, deepseek_llama_scaling) multiply by ``factor`` (default 1.0, ``None`` -> 1.0
-      from 0.18; a TypeError before); up to 0.28 yarn starts from ``original_max_position_embeddings``;
-    * from 0.12 a longrope model defaults to the top-level ``original_max_position_embeddings``.
+    v0.28.0, v0.33.0; vllm/config/__init__.py @ v0.10.1.1), for the text config of a generate model:
+    the length from the config keys (:func:`_max_len_from_keys`), scaled by RoPE
+    (:func:`_rope_scaled`), and the default a longrope model takes (:func:`_longrope_default`).
 
     Not modelled: ``tokenizer_config.json``'s ``model_max_length``, ``--disable-sliding-window``,
     encoder configs, draft models.
     """
+    derived, key, found = _max_len_from_keys(config)
+    error = None
+    rope = _rope_dicts(config, traits)
+    gemma3 = "gemma3" in str(config.get("model_type", ""))
+    if rope and not gemma3 and any("rope_type" not in rp for rp in rope):
+        error, rope = _missing_rope_type_error(traits), None  # the scaling loop reads every dict
+    if rope and not gemma3:
+        derived, error = _rope_scaled(derived, rope, traits)
+    default = int(derived) if error is None else 0
+    default_error = None
+    if traits.max_len_rope_parameters and rope:
+        default, default_error = _longrope_default(default, derived, rope, config, traits)
+    return DerivedMaxModelLen(derived, key, default, config.get("model_max_length"), found, error,
+                              default_error)
+
+
+def _max_len_from_keys(config: Mapping[str, Any]) -> tuple[int | float, str | None, bool]:
+    """(derived, key, keys_found): the smallest of ``MAX_LEN_KEYS`` present (vllm/config/model.py
+    @ v0.11.0 ``possible_keys``; ``derive_max_model_len_and_key`` @ v0.19.1 … v0.33.0); a truthy
+    ``model_max_length`` overrides it; none: 2048 (only when the user passes no value)."""
     derived: int | float = float("inf")
     key = None
     for k in MAX_LEN_KEYS:
@@ -134,52 +149,70 @@ def derive_max_model_len(config: Mapping[str, Any], traits: VersionTraits) -> De
     found = derived != float("inf")
     if not found:
         derived = DEFAULT_MAX_LEN_NO_KEYS
-    error = None
-    default_error = None
-    rope = _rope_dicts(config, traits)
-    missing = (f"rope_parameters: a per-layer-type dict has no rope_type: vLLM {traits.version} fails "
-               "reading it (KeyError in _get_and_verify_max_len; its transformers-v4 branch of "
-               "patch_rope_parameters does not patch nested dicts)")
-    gemma3 = "gemma3" in str(config.get("model_type", ""))
-    if rope and not gemma3 and any("rope_type" not in rp for rp in rope):
-        error, rope = missing, None  # the scaling loop reads every dict
-    if rope and not gemma3:
-        if not traits.max_len_rope_parameters:
-            rp = rope[0]
-            if rp["rope_type"] not in ("su", "longrope", "llama3"):
-                factor = rp.get("factor", 1.0)
-                if rp["rope_type"] == "yarn":
-                    derived = rp["original_max_position_embeddings"]
-                if factor is None:
-                    error = (f"rope_scaling.factor is null: vLLM {traits.version} fails reading it "
-                             "(TypeError in _get_and_verify_max_len; 0.19+ falls back to 1.0)")
-                else:
-                    derived *= factor
-        else:
-            unscaled = ("su", "longrope", "llama3") if _yarn_from_original(traits) else \
-                ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
-            factor: Any = 1.0
-            for rp in rope:
-                if rp["rope_type"] not in unscaled:
-                    factor = rp.get("factor", factor)
-                    if _yarn_from_original(traits) and rp["rope_type"] == "yarn":
-                        derived = rp["original_max_position_embeddings"]
-            if factor is None and not traits.max_len_null_factor_ok:
-                error = (f"rope_scaling.factor is null: vLLM {traits.version} fails reading it "
+    return derived, key, found
+
+
+def _missing_rope_type_error(traits: VersionTraits) -> str:
+    """v0.22.1 / v0.23 (see :func:`_rope_dicts`): a nested dict without ``rope_type`` fails."""
+    return (f"rope_parameters: a per-layer-type dict has no rope_type: vLLM {traits.version} fails "
+            "reading it (KeyError in _get_and_verify_max_len; its transformers-v4 branch of "
+            "patch_rope_parameters does not patch nested dicts)")
+
+
+def _rope_scaled(derived: int | float, rope: list[dict], traits: VersionTraits) -> tuple[int | float, str | None]:
+    """(derived, error) after RoPE scaling (skipped for ``gemma3*`` by the caller): types other than
+    su/longrope/llama3 (0.33: also yarn, deepseek_yarn, deepseek_llama_scaling) multiply by
+    ``factor`` (default 1.0, ``None`` -> 1.0 from 0.18; a TypeError before); up to 0.28 yarn
+    starts from ``original_max_position_embeddings``."""
+    if not traits.max_len_rope_parameters:
+        return _rope_scaling_scaled(derived, rope[0], traits)
+    return _rope_parameters_scaled(derived, rope, traits)
+
+
+def _rope_scaling_scaled(derived: int | float, rp: dict, traits: VersionTraits) -> tuple[int | float, str | None]:
+    """0.10 / 0.11: the one ``rope_scaling`` dict (vllm/config/__init__.py @ v0.10.1.1,
+    vllm/config/model.py @ v0.11.0); a null ``factor`` is a TypeError."""
+    if rp["rope_type"] in ("su", "longrope", "llama3"):
+        return derived, None
+    factor = rp.get("factor", 1.0)
+    if rp["rope_type"] == "yarn":
+        derived = rp["original_max_position_embeddings"]
+    if factor is None:
+        return derived, (f"rope_scaling.factor is null: vLLM {traits.version} fails reading it "
+                         "(TypeError in _get_and_verify_max_len; 0.19+ falls back to 1.0)")
+    return derived * factor, None
+
+
+def _rope_parameters_scaled(derived: int | float, rope: list[dict],
+                            traits: VersionTraits) -> tuple[int | float, str | None]:
+    """0.12+: every ``rope_parameters`` dict; the last scaled one's ``factor`` applies
+    (vllm/config/model.py @ v0.19.1 … v0.28.0, v0.33.0); a null ``factor`` is a TypeError before
+    0.18, 1.0 from it."""
+    unscaled = ("su", "longrope", "llama3") if _yarn_from_original(traits) else \
+        ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+    factor: Any = 1.0
+    for rp in rope:
+        if rp["rope_type"] not in unscaled:
+            factor = rp.get("factor", factor)
+            if _yarn_from_original(traits) and rp["rope_type"] == "yarn":
+                derived = rp["original_max_position_embeddings"]
+    if factor is None and not traits.max_len_null_factor_ok:
+        return derived, (f"rope_scaling.factor is null: vLLM {traits.version} fails reading it "
                          "(TypeError in _get_and_verify_max_len; 0.18+ falls back to 1.0)")
-            else:
-                derived *= 1.0 if factor is None else factor
-    default = int(derived) if error is None else 0
-    if traits.max_len_rope_parameters and rope:
-        for rp in rope:  # any(rp["rope_type"] == "longrope" ...): stops at the first longrope
-            if "rope_type" not in rp:  # only for gemma3 here (the default-length path alone reads it)
-                default_error = missing
-                break
-            if rp["rope_type"] == "longrope":
-                default = int(config.get("original_max_position_embeddings", derived))
-                break
-    return DerivedMaxModelLen(derived, key, default, config.get("model_max_length"), found, error,
-                              default_error)
+    return derived * (1.0 if factor is None else factor), None
+
+
+def _longrope_default(default: int, derived: int | float, rope: list[dict], config: Mapping[str, Any],
+                      traits: VersionTraits) -> tuple[int, str | None]:
+    """(default max_model_len, default_error): from 0.12 a longrope model defaults to the top-level
+    ``original_max_position_embeddings`` (vllm/config/model.py @ v0.19.1 … v0.33.0:
+    ``any(rp["rope_type"] == "longrope" ...)``, which stops at the first longrope)."""
+    for rp in rope:
+        if "rope_type" not in rp:  # only for gemma3 here (the default-length path alone reads it)
+            return default, _missing_rope_type_error(traits)
+        if rp["rope_type"] == "longrope":
+            return int(config.get("original_max_position_embeddings", derived)), None
+    return default, None
 
 
 def max_model_len_error(user: int, d: DerivedMaxModelLen, traits: VersionTraits) -> str:

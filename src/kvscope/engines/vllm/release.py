@@ -9,19 +9,23 @@ code; ``tests/vllm/test_vllm_release.py`` checks each trait flips exactly at its
 
 Call sites read ``traits.<name>`` (``version_traits(version)``, cached per version) and never compare
 versions themselves.
+
+``Trait`` is the shared one of :mod:`kvscope.release_table`; this table binds the vLLM containment
+rule (:func:`~kvscope.release_table.by_order`): every clause by plain ``Version`` order, also for
+pre-releases and dev builds. PEP 440's ``SpecifierSet.contains`` keeps a pre-release of X out of
+``<X`` (so a ``0.14.0.dev5`` build would be neither before nor from 0.14); here a development build of
+X behaves as the release before X, as ``Version`` orders it.
 """
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Any
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ...errors import FlagError
+from ...release_table import Trait, bind_rule, by_order
 
 LATEST_VERSION = "0.33.0"
 MIN_VERSION = "0.6"  # oldest release kvscope models (V0 engine, spec §11)
@@ -29,53 +33,7 @@ KNOWN_VERSIONS = ("0.6.6", "0.9.2", "0.10.2", "0.11.0", "0.13.0", "0.14.1", "0.1
                   "0.20.2", "0.24.0", "0.26.0", "0.28.0", "0.30.0", "0.33.0")
 
 
-@dataclass(frozen=True)
-class Trait:
-    """One version-dependent behaviour: ``on`` in the releases ``spec`` matches, else ``off``."""
-
-    spec: str  # PEP 440 specifier set: the releases that have the behaviour
-    pinned: str  # the wheel code that pins it (``file @ vX``; the first read wheel, or both sides)
-    on: Any = True
-    off: Any = False
-
-    @property
-    def specifier(self) -> SpecifierSet:
-        return SpecifierSet(self.spec)
-
-    @property
-    def boundaries(self) -> tuple[str, ...]:
-        """The releases where the value flips (the specifier versions)."""
-        return tuple(s.version for s in self.specifier)
-
-    def at(self, v: Version | str) -> bool:
-        """Whether release ``v`` has the behaviour (the SGLang table's ``Trait.at``)."""
-        return _contains(self.specifier, v if isinstance(v, Version) else Version(v))
-
-    def value(self, v: Version) -> Any:
-        return self.on if self.at(v) else self.off
-
-    @property
-    def off_spec(self) -> str:
-        """The releases outside ``spec``, for a one-clause ``>=X`` / ``<X`` trait (``<X`` / ``>=X``)."""
-        (s,) = self.specifier
-        flipped = {">=": "<", "<": ">="}.get(s.operator)
-        if flipped is None:
-            raise ValueError(f"no one-clause complement for {self.spec!r}")
-        return flipped + s.version
-
-
-# The comparison operators a trait may use. Plain version order, also for pre-releases and dev
-# builds: PEP 440's ``SpecifierSet.contains`` keeps a pre-release of X out of ``<X`` (so a
-# ``0.14.0.dev5`` build would be neither before nor from 0.14); a development build of X behaves as
-# the release before X here, as ``Version`` orders it.
-_OPERATORS = {">=": operator.ge, "<": operator.lt, ">": operator.gt, "<=": operator.le, "==": operator.eq}
-
-
-def _contains(spec: SpecifierSet, v: Version) -> bool:
-    return all(_OPERATORS[s.operator](v, Version(s.version)) for s in spec)
-
-
-TRAITS: dict[str, Trait] = {
+TRAITS: dict[str, Trait] = bind_rule(by_order, {
     # --- engine, budget, profile (memory.py) ---
     "is_v0": Trait("<0.8", "VLLM_USE_V1 default 0 (envs.py @ v0.6.6.post1; spec §11)"),
     # --- weights (model/weights.py takes the backend this table picks; backend.py::mxfp4_moe_backend) ---
@@ -279,7 +237,7 @@ TRAITS: dict[str, Trait] = {
                                         "(kv_cache_utils.py @ v0.11.0 l.717)"),
     "log_v0_max_seq_error": Trait("<0.11.0", "V0 raise_if_cache_size_invalid \"max seq len (N) is larger than the "
                                   "maximum number of tokens …\" (worker/worker.py @ v0.6.6.post1, spec §11)"),
-}
+})
 
 
 @dataclass(frozen=True)
