@@ -47,8 +47,8 @@ def sglang_params(known: Optional[Dict[str, str]] = None) -> list:
 VLLM_VERSIONS = ("0.10.1.1", "0.11.0", "0.19.1", "0.20.2", "0.26.0", "0.28.0", "0.33.0")
 # One wheel per formula era: classic V1 (0.11), cudagraph/0.92 era (0.20.2), current (0.33).
 VLLM_DEFAULT = ("0.11.0", "0.20.2", "0.33.0")
-# Releases between the pins, FULL-only: they pin the boundaries kvscope's version gates draw
-# (args.py VersionTraits, kv_cache.py, memory.py) on read code instead of inference.
+# Releases between the pins, FULL-only: they pin the boundaries kvscope's release traits draw
+# (release.py VersionTraits, kv_cache.py, memory.py) on read code instead of inference.
 VLLM_BOUNDARY = ("0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0", "0.17.0", "0.18.0", "0.19.0",
                  "0.20.0", "0.22.1", "0.24.0", "0.27.1", "0.29.0", "0.30.0")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvscope.engines.sglang import kv_cache as mem
+from kvscope.engines.sglang import kv_cache
 from kvscope.engines.sglang import mamba
 from kvscope.engines.sglang.release import release
 from kvscope.model.load import load_spec
@@ -39,30 +39,30 @@ CASES = [
 @pytest.mark.parametrize("model,attn_tp,flag,expected,how", CASES, ids=[c[4] for c in CASES])
 def test_cell_size(model, attn_tp, flag, expected, how):
     spec, _ = load_spec(model)
-    _name, e = mem.kv_cache_dtype(spec, flag)
-    cell = mem.cell_size(spec, V, attn_tp=attn_tp, kv_bytes=e, kv_flag=flag)
+    _name, e = kv_cache.kv_cache_dtype(spec, flag)
+    cell = kv_cache.cell_size(spec, V, attn_tp=attn_tp, kv_bytes=e, kv_flag=flag)
     assert cell.cell_bytes == expected
 
 
 def test_checkpoint_fp8_kv_scheme_auto():
     """A ModelOpt checkpoint declaring kv_cache_quant_algo FP8 gets float8_e4m3fn under --kv-cache-dtype auto."""
     spec, _ = load_spec("nvidia/Llama-3.1-70B-Instruct-FP8")
-    assert mem.kv_cache_dtype(spec, "auto") == ("float8_e4m3fn", 1)
+    assert kv_cache.kv_cache_dtype(spec, "auto") == ("float8_e4m3fn", 1)
     spec, _ = load_spec("meta-llama/Llama-3.1-70B-Instruct")
-    assert mem.kv_cache_dtype(spec, "auto") == ("bfloat16", 2)
+    assert kv_cache.kv_cache_dtype(spec, "auto") == ("bfloat16", 2)
 
 
 def test_eagle_draft_share_current():
     """>=0.5.14: draft_kv = int(cell * draft_layers / num_layers) is added (pool_configurator.py l.260-320)."""
     spec, _ = load_spec("deepseek-ai/DeepSeek-V3")
-    cell = mem.cell_size(spec, V, attn_tp=8, kv_bytes=2, draft_layers=1, draft_in_budget=True)
+    cell = kv_cache.cell_size(spec, V, attn_tp=8, kv_bytes=2, draft_layers=1, draft_in_budget=True)
     assert cell.draft_bytes == int(70272 * 1 / 61) == 1152
     assert cell.cell_bytes == 70272 + 1152
 
 
 def test_v046_assumed_v_equals_k():
     spec, _ = load_spec("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B")
-    cell = mem.cell_size(spec, release("0.4.6.post5"), attn_tp=1, kv_bytes=2)
+    cell = kv_cache.cell_size(spec, release("0.4.6.post5"), attn_tp=1, kv_bytes=2)
     assert cell.cell_bytes == 8 * 128 * 64 * 2 * 2
 
 

@@ -114,7 +114,7 @@ def test_plan_equals_kv_cache_configs(model, flag_kw, version):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_doctor_capacity_is_the_same_flow(version):
-    """findings.vllm_model_checks calls memory.capacity_from_available: same numbers, PP 2 with
+    """doctor/vllm_rules.vllm_model_checks calls memory.capacity_from_available: same numbers, PP 2 with
     different available bytes per stage (the min over workers is what the doctor compares)."""
     spec = spec_of("openai/gpt-oss-20b")
     a = _args(spec, version, VllmFlags(max_model_len=32768, pipeline_parallel_size=2))

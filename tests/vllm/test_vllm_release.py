@@ -60,10 +60,10 @@ def test_trait_flips_exactly_at_its_boundaries(name):
 
 
 @pytest.mark.parametrize("name,boundary", [
-    # the former ``v26`` locals of args.py: named by what they gate, at the release that brought it
+    # backend-selection traits: named by what they gate, at the release that brought it
     ("fa_fp8_e4m3_only", "0.22"), ("fa4_large_head_upgrade", "0.27"), ("tokenspeed_mla", "0.24"),
     ("rocm_aiter_sparse_fp8", "0.22"), ("fa4_hd256_kernel", "0.30"), ("fa4_sm90_fp8_head_512", "0.33"),
-    # the former era codes: error text 13/14/24, max_len 19/33, MLA block 13/15
+    # error texts, max-len rules and MLA block rules: one named trait per change
     ("error_docs_link", "0.13"), ("error_format_gib", "0.14"), ("error_cpu_hint", "0.22"),
     ("max_len_rope_parameters", "0.12"), ("max_len_yarn_unscaled", "0.30"),
     ("cutlass_mla_blackwell_family", "0.13"), ("flashinfer_mla_block_rule", "0.15"),

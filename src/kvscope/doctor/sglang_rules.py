@@ -3,8 +3,8 @@
 ``analyze_sglang`` observes the start once (``SglangObserved``: the MIN baseline and post-load
 figures over the ranks, the KV pool, the failure events) and runs ``RULES`` in order; each rule
 adds figures, checks and findings to the ``Analysis``. The profile algebra is the engine's
-(``engines/sglang/memory.py``): the doctor inverts it with ``min_viable_fraction`` and runs
-``profile`` / ``max_num_reqs`` / ``cell_size``, it does not restate them.
+(``engines/sglang/memory.py``): the doctor inverts it with ``memory.fraction_for`` and runs
+``memory.profile`` / ``pools.max_num_reqs`` / ``kv_cache.cell_size``, it does not restate them.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def releases_in_range(log: SglangLog) -> list[str]:
 
 def cell_bytes_for(model: str | None, flags: SglangFlags, log: SglangLog) -> int | None:
     """Exact KV bytes per token per rank for a model the catalog knows, through the SGLang engine
-    module (``engines/sglang/memory.py::cell_size``); ``None`` when the model is unknown (the doctor
+    module (``engines/sglang/kv_cache.py::cell_size``); ``None`` when the model is unknown (the doctor
     then estimates the cell from the printed sizes and says so)."""
     if not model or flags.unparsed:
         return None
@@ -567,7 +567,7 @@ def step_checks(an: Analysis, log: SglangLog, flags: SglangFlags, obs: SglangObs
 
 def max_running_check(an: Analysis, log: SglangLog, flags: SglangFlags, obs: SglangObserved) -> None:
     """The summary's max_running_requests from its own max_total_num_tokens and context_len through the
-    engine module (``engines/sglang/memory.py::max_num_reqs``: the req_to_token pool estimate and the
+    engine module (``engines/sglang/pools.py::max_num_reqs``: the req_to_token pool estimate and the
     T // 2 cap). A smaller printed value is a further cap the log may not show (mamba cache slots,
     --max-running-requests, DP attention), not an arithmetic error."""
     summary, tokens, version = log.summary, obs.tokens, obs.version
@@ -598,7 +598,7 @@ def max_running_check(an: Analysis, log: SglangLog, flags: SglangFlags, obs: Sgl
 
 def _max_running(log: SglangLog, flags: SglangFlags, version: str, tokens: int, ctx: int,
                  printed: int) -> tuple[str, int]:
-    """(release, max_running_requests) by ``memory.max_num_reqs``; with no printed version, the first
+    """(release, max_running_requests) by ``pools.max_num_reqs``; with no printed version, the first
     release of the log's format range that computes the printed value (e.g. the +1 pool row of <= 0.4.6)."""
     attn_dp = (flags.dp_size or 1) if flags.enable_dp_attention else 1
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from ..model.spec import ModelSpec
 from .allreduce import Fabric, allreduce, allreduce_count
 from .decode import Hardware, StepSettings, forward_flops
-from .traffic import KVTraffic, WeightTraffic, expert_read_bytes
+from .traffic import WeightTraffic, expert_read_bytes
 
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192  # SGLang --chunked-prefill-size on large GPUs; vLLM max_num_batched_tokens 8192
 

@@ -15,10 +15,7 @@ from kvscope.hooks.sglang import TARGETS as SGLANG_TARGETS
 from kvscope.hooks.vllm import TARGETS as VLLM_TARGETS
 from kvscope.probe._boot import _kvscope_probe_agent as _agent
 
-__all__ = ["Target", "all_targets", "release_tuple", "targets_from_json", "targets_to_json",
-           "version_matches"]
-
-release_tuple = _agent.release_tuple
+__all__ = ["Target", "all_targets", "targets_from_json", "targets_to_json", "version_matches"]
 
 
 def version_matches(version: str | None, spec: str) -> bool:

@@ -16,7 +16,6 @@ from kvscope.probe.records import (
     ProcessRecords,
     attachment_report,
     load_probe_dir,
-    rank_label,
     targets_for_dir,
 )
 from kvscope.record import Loose
@@ -256,4 +255,4 @@ def _starts(procs: list[ProcessRecords], errors: list[str]) -> bool | None:
     return None
 
 
-__all__ = ["timeline_from_probe_dir", "rank_label"]
+__all__ = ["timeline_from_probe_dir"]

@@ -26,10 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from packaging.version import Version
-
 from .release import (DefaultsLadder, PiecewiseReserve, PrefillGraph, PrefillGraphMaxTokens, PrefillGraphSizes,
-                      SGLangRelease, VlmFraction, release)
+                      SGLangRelease, VlmFraction)
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from ...hardware.gpus import GPU
 from ...model.spec import ModelSpec
 from .args import SGLangArgs
-from .release import SGLangRelease, release
+from .release import SGLangRelease
 
 AITER_CONTEXT_THRESHOLD = 8192
 AITER_FRACTION_FACTOR = 0.85

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ...errors import FlagError
 from ...model.spec import ModelSpec
-from .release import SGLangRelease, release
+from .release import SGLangRelease
 
 KV_DTYPES = {
     "auto": None, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1,
@@ -178,7 +178,7 @@ def draft_cell_bytes(spec: ModelSpec, rel: SGLangRelease, target_cell: int, num_
     return int(target_cell * (1 + draft_layers / int(num_layers))) - target_cell
 
 
-def cell_size(spec: ModelSpec, rel: "SGLangRelease | str", *, attn_tp: int, kv_bytes: int, kv_flag: str = "auto",
+def cell_size(spec: ModelSpec, rel: SGLangRelease, *, attn_tp: int, kv_bytes: int, kv_flag: str = "auto",
               layer_ids: Sequence[int] | None = None, draft_layers: int = 0, draft_in_budget: bool = False,
               attention_backends: tuple[str, str] | None = None,
               sm100: bool = True) -> CellSize:

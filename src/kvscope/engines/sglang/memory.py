@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .mamba import MambaCarve, handle_max_mamba_cache
-from .release import SGLangRelease, release
+from .release import SGLangRelease
 
 GIB = 1 << 30
 
@@ -70,7 +70,7 @@ def value_error_text(mfs: float, available_gib_: float, pre_gib: float) -> str:
             f"draft weights are now counted.")
 
 
-def profile(rel: "SGLangRelease | str", *, pre_model_load_gib: float, available_gpu_gib: float, mem_fraction_static: float,
+def profile(rel: SGLangRelease, *, pre_model_load_gib: float, available_gpu_gib: float, mem_fraction_static: float,
             cell_bytes: int, mm_reservation: float = 0.0, mamba_per_req_bytes: int = 0,
             mamba_ratio: float = 0.9, max_mamba_cache_size: int | None = None, disable_radix_cache: bool = False,
             max_running_requests: int | None = None, attn_dp_size: int = 1,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .kv_cache import CellSize
 from .mamba import mamba_request_ratio
-from .release import OomErrorText, ReqRowExtra, SGLangRelease, SwaSplit, release
+from .release import OomErrorText, ReqRowExtra, SGLangRelease, SwaSplit
 
 
 def runtime_error_text(rel: SGLangRelease, mfs: float) -> str:
@@ -295,7 +295,7 @@ def _attn_dp_requested(rel: SGLangRelease, max_running_requests: int, attn_dp_si
     return max(1, n) if rel.running_per_dp_at_least_one else n
 
 
-def max_num_reqs(rel: "SGLangRelease | str", *, token_capacity: int, profiled_tokens: int, context_len: int,
+def max_num_reqs(rel: SGLangRelease, *, token_capacity: int, profiled_tokens: int, context_len: int,
                  max_running_requests: int | None, attn_dp_size: int, mamba_cap: int | None = None) -> tuple[int, int]:
     """(``ReqToTokenPool.size``, ``max_running_requests`` per DP worker).
 

@@ -5,7 +5,7 @@ function returning a frozen record, each the function the conformance suite comp
 own code (named in brackets):
 
 1. settle args      ``settle_args``             -> VllmArgs     [args.resolve_args, backend, max_len]
-2. weights          ``load_weights``            -> Estimates    [model/weights.py]
+2. weights          ``load_weights``            -> Estimate per stage [model/weights.py]
 3. profile terms    ``profile_terms``           -> ProfileTerms [memory.*_estimate]
 4. KV layout (cell) ``memory.model_kv``         -> ModelKV      [kv_cache: specs, groups, pages]
 5. available memory ``available_memory``        -> Budget       [memory.request_memory / available_kv_cache_bytes]
