@@ -47,21 +47,6 @@ class Record:
             out[f.metadata.get("key", f.name)] = _json(v)
         return out
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]):
-        """Build from a JSON object; keys the record does not know are dropped."""
-        by_key = {f.metadata.get("key", f.name): f for f in dataclasses.fields(cls)}
-        kw = {}
-        for k, v in d.items():
-            f = by_key.get(k)
-            if f is not None:
-                kw[f.name] = v
-        missing = [f.name for f in dataclasses.fields(cls) if f.name not in kw
-                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        for name in missing:
-            kw[name] = None
-        return cls(**kw)
-
 
 @dataclass(frozen=True)
 class Loose(Record):
@@ -71,10 +56,6 @@ class Loose(Record):
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _json(v) for k, v in self.values.items()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Loose":
-        return cls(dict(d))
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

@@ -546,18 +546,13 @@ def _fraction_mismatch(an: Analysis, log: SglangLog, flags: SglangFlags, obs: Sg
 def step_checks(an: Analysis, log: SglangLog, flags: SglangFlags, obs: SglangObserved) -> None:
     """Each step's printed mem usage against its begin/end free memory; the summary against the pool."""
     for r in obs.ranks:
-        for ld in r.loads:
-            if ld.begin_avail_gib and ld.end_avail_gib and ld.usage_gib:
-                rec = round(ld.begin_avail_gib.value - ld.end_avail_gib.value, 2)
-                an.check(f"{r.label} weights mem usage", ld.usage_gib.value, rec,
-                         abs(rec - ld.usage_gib.value) <= 0.011, "Load weight begin avail − end avail",
-                         [ld.begin_avail_gib.evidence, ld.end_avail_gib.evidence])
-        for g in r.graphs:
-            if g.begin_avail_gib and g.end_avail_gib and g.usage_gib:
-                rec = round(g.begin_avail_gib.value - g.end_avail_gib.value, 2)
-                an.check(f"{r.label} {g.role} CUDA graph mem usage", g.usage_gib.value, rec,
-                         abs(rec - g.usage_gib.value) <= 0.011, "capture begin avail − end avail",
-                         [g.begin_avail_gib.evidence, g.end_avail_gib.evidence])
+        steps = [(f"{r.label} weights mem usage", "Load weight begin avail − end avail", ld) for ld in r.loads]
+        steps += [(f"{r.label} {g.role} CUDA graph mem usage", "capture begin avail − end avail", g) for g in r.graphs]
+        for name, how, step in steps:
+            if step.begin_avail_gib and step.end_avail_gib and step.usage_gib:
+                rec = round(step.begin_avail_gib.value - step.end_avail_gib.value, 2)
+                an.check(name, step.usage_gib.value, rec, abs(rec - step.usage_gib.value) <= 0.011, how,
+                         [step.begin_avail_gib.evidence, step.end_avail_gib.evidence])
     kv_obs, summary = obs.kv_obs, log.summary
     if kv_obs is not None and summary.get("max_total_num_tokens") is not None:
         printed = int(summary["max_total_num_tokens"])
