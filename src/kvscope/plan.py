@@ -44,7 +44,7 @@ def reconcile_parallel_sizes(flags: Mapping[str, Any]) -> dict[str, Any]:
     """Both spellings of each parallel size, set to the one value given (1 when neither is)."""
     out = dict(flags)
     for short, long, flag in _PARALLEL_ALIASES:
-        a, b = out.get(short) or 1, out.get(long) or 1
+        a, b = (1 if out.get(k) is None else out[k] for k in (short, long))  # 0 is a value, not "unset"
         if a != 1 and b != 1 and a != b:
             raise FlagError(f"{flag} {a} and --{long.replace('_', '-')} {b} disagree", field=flag,
                             fix="give the size once")

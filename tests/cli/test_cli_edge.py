@@ -37,3 +37,18 @@ class _Fixed:
 
     def print_help(self):
         pass
+
+
+@pytest.mark.parametrize("argv,field,value", [
+    (["--gpu-memory-mib", "2"], "--gpu-memory-mib", "2 MiB is outside 1024..1048576"),
+    (["--tp", "0"], "--tp", "got 0"),
+    (["--pp", "0"], "--pp", "got 0"),
+    (["--context-length", "-1"], "--context-length", "got -1"),
+    (["--engine", "vllm", "--tp", "0"], "--tensor-parallel-size", "got 0"),
+    (["--engine", "vllm", "--pipeline-parallel-size", "0"], "--pipeline-parallel-size", "got 0"),
+])
+def test_bad_sizes_are_one_line_exit_2(capsys, argv, field, value):
+    # 0 used to read as "not given" (tp 0 planned as tp 1) and 2 MiB gave a negative GPU: no silent numbers
+    assert cli.main(["plan", "Qwen/Qwen3-8B", "--gpu", "h100", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and field in err and value in err

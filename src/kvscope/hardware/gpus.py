@@ -185,8 +185,21 @@ def gpu_names() -> list[str]:
     return [g.key for g in GPUS]
 
 
+# --gpu-memory-mib: above the ~0.46 GiB the driver keeps (_DRIVER_RESERVED_BYTES_EST), below any GPU made
+GPU_MEMORY_MIB_RANGE = (1024, 1 << 20)  # 1 GiB .. 1 TiB
+
+
+def _check_memory_mib(memory_mib: int) -> None:
+    lo, hi = GPU_MEMORY_MIB_RANGE
+    if not lo <= memory_mib <= hi:
+        raise FlagError(f"{memory_mib} MiB is outside {lo}..{hi}", field="--gpu-memory-mib",
+                        fix="pass nvidia-smi's memory.total in MiB, e.g. 81559")
+
+
 def get_gpu(key: str | None, memory_mib: int | None = None) -> GPU:
     """Look up a GPU by key/alias, or build a generic one from ``--gpu-memory-mib``."""
+    if memory_mib is not None:
+        _check_memory_mib(memory_mib)
     if key is None and memory_mib is None:
         raise FlagError("no GPU given", field="--gpu", fix=f"pass --gpu one of {', '.join(gpu_names())} or --gpu-memory-mib N")
     if key is not None:
@@ -198,7 +211,5 @@ def get_gpu(key: str | None, memory_mib: int | None = None) -> GPU:
             g = replace(g, memory_mib=memory_mib, cuda_total_bytes=memory_mib * MiB - _DRIVER_RESERVED_BYTES_EST,
                         cuda_total_estimated=True)
         return g
-    if memory_mib is None or memory_mib <= 0:
-        raise FlagError("--gpu-memory-mib must be a positive integer", field="--gpu-memory-mib", fix="e.g. 81559")
     return _gpu("custom", f"custom GPU ({memory_mib} MiB)", memory_mib, 1000, 300, None, PCIE4, "unknown",
                 "user --gpu-memory-mib; bandwidth/compute unknown (placeholders)")

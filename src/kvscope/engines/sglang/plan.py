@@ -95,6 +95,9 @@ def validate(spec: ModelSpec, a: SGLangArgs) -> None:
         raise FlagError(f"pp_size {a.pp_size} exceeds num_hidden_layers {spec.num_hidden_layers}", field="--pp",
                         fix="use fewer pipeline stages")
     derived = derived_context_len(spec)
+    if a.context_length is not None and a.context_length < 1:
+        raise FlagError(f"must be >= 1, got {a.context_length}", field="--context-length",
+                        fix=f"a token count up to the derived context_length ({derived})")
     if a.context_length is not None and a.context_length > derived:
         raise FlagError(f"User-specified context_length ({a.context_length}) is greater than the derived "
                         f"context_length ({derived})", field="--context-length",

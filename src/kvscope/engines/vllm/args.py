@@ -296,9 +296,9 @@ def flags_from_options(**options: Any) -> VllmFlags:
     method, nspec = speculative_from_config(o["speculative_config"])
     mml, kvmb = o["max_model_len"], o["kv_cache_memory_bytes"]
     return VllmFlags(
-        tensor_parallel_size=o["tensor_parallel_size"] or 1,
-        pipeline_parallel_size=o["pipeline_parallel_size"] or 1,
-        data_parallel_size=o["data_parallel_size"] or 1,
+        tensor_parallel_size=1 if o["tensor_parallel_size"] is None else o["tensor_parallel_size"],
+        pipeline_parallel_size=1 if o["pipeline_parallel_size"] is None else o["pipeline_parallel_size"],
+        data_parallel_size=1 if o["data_parallel_size"] is None else o["data_parallel_size"],
         enable_expert_parallel=bool(o["enable_expert_parallel"]),
         gpu_memory_utilization=o["gpu_memory_utilization"],
         max_model_len=parse_max_model_len(mml) if isinstance(mml, str) else mml,
