@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import tracemalloc
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -50,6 +51,7 @@ def mutated_log(draw):
     return sep.join(lines)
 
 
+@pytest.mark.slow  # 300 mutated logs (the fuzz tier runs 10,000): .ci/tier_slow
 @settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_log(), st.sampled_from([None, "sglang", "vllm"]))
 def test_mutated_logs_never_crash(blob, engine):
@@ -104,17 +106,17 @@ class _GenStream(io.RawIOBase):
 
 def test_streaming_memory_is_bounded():
     tracemalloc.start()
-    r = diagnose_stream(io.BufferedReader(_GenStream(_big_log(200_000))))
+    r = diagnose_stream(io.BufferedReader(_GenStream(_big_log(100_000))))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert r.stats.lines > 200_000
-    assert peak < 16 * 2**20  # ~20 MB of log read in well under 16 MiB
-    assert len(r.unparsed_samples) == MAX_UNPARSED_SAMPLES and r.stats.unparsed == 40_000
-    assert r.stats.request_lines == 80_000
+    assert r.stats.lines > 100_000
+    assert peak < 16 * 2**20  # ~10 MB of log read in well under 16 MiB
+    assert len(r.unparsed_samples) == MAX_UNPARSED_SAMPLES and r.stats.unparsed == 20_000
+    assert r.stats.request_lines == 40_000
     assert "kv-pool-full-at-runtime" in r.codes()
     assert len(r.timeline.ranks) <= MAX_RANKS + 1
     f = next(f for f in r.findings if f.code == "kv-pool-full-at-runtime")
-    assert "40000 time(s)" in f.message and len(f.evidence) <= MAX_EVENTS_PER_KIND
+    assert "20000 time(s)" in f.message and len(f.evidence) <= MAX_EVENTS_PER_KIND
 
 
 def test_one_huge_line_is_cut_not_buffered():

@@ -382,11 +382,12 @@ def sglang_plan_tokens(model: str, version: str, gpu: str, tp: int, pres: list[f
 def test_plan_sglang_qwen3_14b_measured_matches_within_rounding():
     # 0.4.6 (May 2025, format range <0.5.9): default mem_fraction_static 0.88 on a 48 GB GPU.
     # pre = 19.67 + 27.57 (derived, ±0.01), post = 19.67 (±0.005): printed 91,749 lies inside.
-    d = plan_json("Qwen/Qwen3-14B", "--engine-version", "0.4.6.post5", "--gpu", "l40s",
+    # 47.24 GiB free before the weights: a 48 GiB-class card (an L40S has 44.99 GiB in all)
+    d = plan_json("Qwen/Qwen3-14B", "--engine-version", "0.4.6.post5", "--gpu", "rtx-a6000",
                   "--pre-load-free-gib", "47.24", "--post-load-free-gib", "19.67")
     assert d["mem_fraction_static"] == 0.88 and d["kv_cell_bytes"] == 163840
     assert d["kv_cache_tokens"] == 91758  # the central figures; printed 91,749
-    toks = sglang_plan_tokens("Qwen/Qwen3-14B", "0.4.6.post5", "l40s", 1, [47.23, 47.25], [19.665, 19.675])
+    toks = sglang_plan_tokens("Qwen/Qwen3-14B", "0.4.6.post5", "rtx-a6000", 1, [47.23, 47.25], [19.665, 19.675])
     assert min(toks) <= 91749 <= max(toks)
 
 

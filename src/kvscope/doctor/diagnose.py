@@ -13,21 +13,18 @@ import os
 import re
 from typing import IO, Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
 
 from ..catalog import list_models
 from ..engines.sglang import logs as sglang_logs
 from ..engines.vllm import logs as vllm_logs
 from ..errors import LogFormatError
-from ..probe.timeline import timeline_from_probe_dir
 from ..timeline import RankTimeline, Timeline
 from .findings import NO_MEMORY_LINES, WARNING, Analysis, sort_findings
 from .report import LOG_EXTRA, DoctorReport, with_comparison
 from .rules_common import log_findings
-from .scan import LogStats, Scan, iter_lines, open_log, pick_engine, scan, ungzip
+from .scan import MAX_LOG_BYTES, LogStats, Scan, iter_lines, open_log, pick_engine, read_blocks, scan
 from .sglang_rules import SglangFlags, analyze_sglang, cell_bytes_for, representative_release
-from .vllm_rules import VllmObservedFlags, analyze_vllm, vllm_model_checks
+from .vllm_rules import VllmObservedFlags, analyze_vllm, probe_dir_findings, vllm_model_checks
 
 ENGINES = ("sglang", "vllm")
 
@@ -51,9 +48,10 @@ def diagnose_path(path: str, **kwargs: Any) -> DoctorReport:
 
 def diagnose_stream(stream: IO[bytes], *, name: str = "log", engine: str | None = None,
                     model: str | None = None, against: Timeline | None = None,
-                    assume: dict[str, Any] | None = None) -> DoctorReport:
-    """``assume``: flags the user knows but the log does not print (``{"tp_size": 4}``); the log wins."""
-    s = scan(iter_lines(ungzip(stream), name))
+                    assume: dict[str, Any] | None = None, max_bytes: int = MAX_LOG_BYTES) -> DoctorReport:
+    """``assume``: flags the user knows but the log does not print (``{"tp_size": 4}``); the log wins.
+    ``max_bytes``: the largest log read (decompressed); a larger one is refused."""
+    s = scan(iter_lines(read_blocks(stream, name, max_bytes), name))
     if s.stats.lines == 0:
         raise LogFormatError(f"{name} is empty", field="PATH")
     if engine is None:
@@ -99,6 +97,7 @@ def _report_sglang(log: sglang_logs.SglangLog, s: Scan, model: str | None) -> Do
         if cls:
             an.extra["model_class"] = cls
     ranks = sglang_logs.rank_timelines(log)
+    _serving(an, log.events, s)
     return _build("sglang", version, vextra, model_name, an, ranks, flags, sources, s)
 
 
@@ -115,11 +114,21 @@ def _report_vllm(log: vllm_logs.VllmLog, s: Scan, model: str | None) -> DoctorRe
     if log.is_empty:
         an.add(NO_MEMORY_LINES, WARNING, "no vLLM memory lines found: nothing to check", tuple(s.samples[:3]), None)
     ranks = vllm_logs.rank_timelines(log)
+    _serving(an, log.events, s)
     return _build("vllm", version, vextra, model_name, an, ranks, flags, sources, s)
+
+
+def _serving(an: Analysis, events: dict[str, Any], s: Scan) -> None:
+    """A start the log shows serving: its ready line, or request traffic after the figures."""
+    if an.starts and (events.get("server_ready") or s.stats.request_lines):
+        an.extra["serving_seen"] = True
 
 
 def observed_version(printed: str | None, spec: str) -> tuple[str | None, dict[str, Any]]:
     """The version the log printed, else the range its line formats imply (or that they disagree)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # only for logs without a printed version
+    from packaging.version import Version
+
     extra: dict[str, Any] = {}
     if printed:
         return printed, {"engine_version_source": "printed"}
@@ -190,6 +199,8 @@ def _build(engine: str, version: str | None, vextra: dict[str, Any], model: str 
 
 def diagnose_probe_dir(path: str, *, against: Timeline | None = None, **_: Any) -> DoctorReport:
     """A ``kvscope probe`` output directory: its measured timeline, optionally against a plan."""
+    from ..probe.timeline import timeline_from_probe_dir  # only for a probe directory
+
     tl = timeline_from_probe_dir(path)
-    report = DoctorReport(tl, (), (), (), LogStats(0, 0, 0, 0, 0, 0, 0.0))
+    report = DoctorReport(tl, tuple(sort_findings(probe_dir_findings(tl))), (), (), LogStats(0, 0, 0, 0, 0, 0, 0.0))
     return with_comparison(report, against) if against is not None else report

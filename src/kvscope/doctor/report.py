@@ -40,6 +40,8 @@ class SglangLogExtra(ObservedRecord):
     effective_mem_fraction_static_range: list[float] | None = None  # with the print rounding
     pre_model_load_memory_note: str | None = None
     model_class: str | None = None  # the model class "Load weight end" printed (no model named)
+    failed_at: str | None = None  # the phase a failed start died in (logs/grammar.py PHASES)
+    serving_seen: bool | None = None  # the log shows the server serving (its ready line, or request traffic)
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class VllmLogExtra(ObservedRecord):
     kv_cell_bytes_estimated: int | None = None  # available KV memory / KV tokens
     total_memory_bytes_inferred: int | None = None  # requested / utilization (total not printed)
     cuda_graph_estimate_subtracted: bool | None = None  # the CUDA graph estimate was reserved before KV sizing
-    failed_at: str | None = None  # kv_sizing, init or engine
+    failed_at: str | None = None  # kv_sizing, init, engine, or a phase of logs/grammar.py PHASES
+    serving_seen: bool | None = None  # the log shows the server serving (its ready line, or request traffic)
     vllm_capacity_version: str | None = None  # the release the catalog-model check ran
 
 
@@ -100,7 +103,8 @@ class DoctorReport:
                          "required": ["name", "printed", "recomputed", "agrees", "how", "evidence"],
                          "properties": {"name": {"type": "string"}, "printed": {}, "recomputed": {},
                                         "agrees": {"type": "boolean"}, "how": {"type": "string"}, "evidence": evidence}}
-        counts = ("lines", "bytes", "recognised", "request_lines", "unparsed", "cut_lines", "traceback_lines")
+        counts = ("lines", "bytes", "recognised", "request_lines", "unparsed", "cut_lines", "traceback_lines",
+                  "skipped_startup_lines")
         defs["LogStats"] = {"type": "object", "additionalProperties": False, "required": [*counts, "seconds"],
                             "properties": {**{k: {"type": "integer"} for k in counts}, "seconds": {"type": "number"}}}
         nullable_int = {"type": ["integer", "null"]}

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from ..hardware.gpus import GPU, get_gpu
 from ..logs.grammar import ParsedLog
 from .findings import CUSTOM_ALLREDUCE, INFO, RESTARTS, UNPARSED_LINES, WARNING, Analysis, as_float, as_int
-from .scan import MAX_LINE_BYTES, Scan
+from .scan import MAX_LINE_BYTES, MAX_STARTUP_LINES, Scan
 
 _TRUE = (True, "True", "true", 1)
 
@@ -98,5 +98,9 @@ def log_findings(an: Analysis, s: Scan, starts_seen: int) -> None:
                tuple(s.samples[:3]), None)
     if starts_seen > 1:
         an.add(RESTARTS, INFO, f"the log holds {starts_seen} server starts; the figures are from the last one", (), None)
+    if s.stats.skipped_startup_lines:
+        an.add(UNPARSED_LINES, WARNING, f"{s.stats.skipped_startup_lines:,} startup-looking line(s) after the first "
+               f"{MAX_STARTUP_LINES:,} were counted, not read: the figures and event counts are those of the first "
+               f"{MAX_STARTUP_LINES:,}", (), None)
     if s.stats.cut_lines:
         an.add(UNPARSED_LINES, WARNING, f"{s.stats.cut_lines} line(s) longer than {MAX_LINE_BYTES:,} bytes were cut", (), None)

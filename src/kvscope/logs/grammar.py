@@ -8,8 +8,9 @@ groups: one search per line finds the phrase, and the group's name picks the rul
 no if-chain). A handler returns ``False`` when the line is not what it looks for after all;
 anything else means the line was recognised.
 
-Memory is bounded: at most ``MAX_RANKS`` ranks / workers and ``MAX_EVENTS_PER_KIND`` evidence
-lines per kind of event are kept, whatever the log length.
+Memory is bounded: at most ``MAX_RANKS`` ranks / workers, ``MAX_OBS_PER_RANK`` observations of a
+kind per rank and ``MAX_EVENTS_PER_KIND`` evidence lines per kind of event are kept, whatever the
+log length.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol
 
 MAX_RANKS = 1024
 MAX_EVENTS_PER_KIND = 8
+MAX_OBS_PER_RANK = 16  # load / KV-pool / graph-capture observations kept per rank and start
 MAX_EVIDENCE_CHARS = 400
 
 # real escapes, and the caret notation ("^[[0;36m") that terminals/pagers leave in pasted logs
@@ -34,6 +36,16 @@ def clean(line: str) -> str:
     if "\x1b" in line or "^[[" in line:
         line = ANSI_RE.sub("", line)
     return line.rstrip("\r\n")
+
+
+def bounded_append(lst: list[Any], item: Any) -> Any:
+    """Append ``item``, or replace the last entry once ``MAX_OBS_PER_RANK`` are kept: a log that repeats a
+    figure line without end (no new start between) costs no memory, and the latest figure still wins."""
+    if len(lst) < MAX_OBS_PER_RANK:
+        lst.append(item)
+    else:
+        lst[-1] = item
+    return item
 
 
 def evidence(lineno: int, text: str) -> str:
@@ -53,6 +65,8 @@ class Figure:
 
 @dataclass
 class Event:
+    """One recognised log event: its kind, values and the evidence line."""
+
     kind: str
     values: dict[str, Any]
     evidence: str
@@ -207,6 +221,7 @@ class Rule:
     trigger: str
     pattern: re.Pattern[str] | None
     handle: Handler
+    event: str | None = None  # the event kind, when recording that event is all the rule does
 
 
 class LineGrammar:
@@ -232,14 +247,17 @@ class LineGrammar:
         self.saw_figures = False
         self._ts: str | None = None  # the timestamp of the line being read (as printed; compared as text)
         self._figures_ts: str | None = None  # the latest timestamp read since the figures began
+        self.last_event: str | None = None  # the event kind of the rule the last recognised line went to
 
     def new_log(self, starts_seen: int = 0, matched_lines: int = 0) -> Any:
         raise NotImplementedError
 
+    def phase_now(self) -> str:
+        """The startup phase (``PHASES``) the log has reached: where an error printed now happened."""
+        return "unknown"
+
     def feed(self, lineno: int, raw: str) -> bool:
         """Returns True when the line was recognised."""
-        if self._trigger.search(raw) is None:
-            return False
         line = clean(raw)
         t = self._trigger.search(line)
         if t is None:
@@ -247,11 +265,29 @@ class LineGrammar:
         ts = self.TIMESTAMP.search(line, 0, t.start() + 1)
         self._ts = ts.group(1) if ts else None
         if self._dispatch(lineno, line, t):
-            self.log.matched_lines += 1
-            if self.saw_figures and self._ts is not None and (self._figures_ts is None or self._ts > self._figures_ts):
-                self._figures_ts = self._ts
+            self._matched()
             return True
         return False
+
+    def _matched(self) -> None:
+        self.log.matched_lines += 1
+        if self.saw_figures and self._ts is not None and (self._figures_ts is None or self._ts > self._figures_ts):
+            self._figures_ts = self._ts
+
+    def events_full(self, kind: str | None) -> bool:
+        """No more evidence is kept for this event kind (``None``: a line this grammar does not read)."""
+        return kind is None or len(self.log.events.get(kind, ())) >= MAX_EVENTS_PER_KIND
+
+    def count_event(self, kind: str | None, raw: str) -> None:
+        """A line already known to be event ``kind`` (its shape was read in full before) once the kind's
+        evidence is full: what ``feed`` would record, without the grammar's search."""
+        if kind is None:
+            return
+        counts = self.log.event_counts
+        counts[kind] = counts.get(kind, 0) + 1
+        ts = self.TIMESTAMP.search(raw)
+        self._ts = ts.group(1) if ts else None
+        self._matched()
 
     def _dispatch(self, lineno: int, line: str, t: re.Match[str]) -> bool:
         # the same alternatives tried in the same order at the same place: the same phrase, now named
@@ -261,6 +297,7 @@ class LineGrammar:
         if rule is None:
             return False
         ln = Line(lineno, line, t.group(0), t.start(), evidence(lineno, line))
+        self.last_event = rule.event
         return self.apply(rule, ln)
 
     def apply(self, rule: Rule, ln: Line) -> bool:
@@ -326,16 +363,56 @@ def event_rule(trigger: str, kind: str) -> Rule:
     def handle(p: LineGrammar, _m: Any, ln: Line) -> None:
         p.event(kind, {}, ln.ev)
 
-    return Rule(trigger, None, handle)
+    return Rule(trigger, None, handle, kind)
+
+
+# The startup phases in the order both engines run them; a failure is placed in the phase the log
+# had reached when the error was printed (``LineGrammar.phase_now``).
+PHASES = ("unknown", "config_validation", "init", "load_weights", "kv_sizing", "kv_alloc", "cuda_graph", "warmup",
+          "serving")  # "unknown": the log shows no phase before the error
+
+# torch's OOM text: "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.06 GiB is free."
+RE_OOM_FIGURES = re.compile(
+    r"Tried to allocate (\d+(?:\.\d+)?) (GiB|MiB|KiB|B)\b.*?GPU (\d+) has a total capac\w* of (\d+(?:\.\d+)?) "
+    r"(GiB|MiB) of which (\d+(?:\.\d+)?) (GiB|MiB|KiB|B) is free")
+RE_OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError", re.I)
+_UNIT_GIB = {"GiB": 1.0, "MiB": 1 / 1024, "KiB": 1 / 1024**2, "B": 1 / 1024**3}
+
+
+def oom_figures(text: str) -> dict[str, Any]:
+    """What torch's out-of-memory message says (GiB), when the line holds it."""
+    m = RE_OOM_FIGURES.search(text)
+    if m is None:
+        return {}
+    return {"tried_gib": round(float(m.group(1)) * _UNIT_GIB[m.group(2)], 3), "gpu": int(m.group(3)),
+            "total_gib": round(float(m.group(4)) * _UNIT_GIB[m.group(5)], 3),
+            "free_gib": round(float(m.group(6)) * _UNIT_GIB[m.group(7)], 3)}
 
 
 def oom_rule(pattern: re.Pattern[str]) -> Rule:
-    """A CUDA/HIP out-of-memory line; ``after_start``: the server had said it was ready."""
+    """A CUDA/HIP out-of-memory line: the phase the log had reached, and torch's figures when printed;
+    ``after_start``: the server had said it was ready."""
 
     def handle(p: LineGrammar, _m: Any, ln: Line) -> None:
-        p.event("oom", {"after_start": bool(p.log.events.get("server_ready"))}, ln.ev)
+        p.event("oom", {"after_start": bool(p.log.events.get("server_ready")), "phase": p.phase_now(), "oom": True,
+                        **oom_figures(ln.text)}, ln.ev)
 
     return Rule("out of memory|OutOfMemoryError", pattern, handle)
+
+
+def failure_rule(trigger: str, kind: str, phase: str | None = None, pattern: re.Pattern[str] | None = None,
+                 fields: tuple[str, ...] = ()) -> Rule:
+    """An error line the engine prints when a start fails: its kind, the phase (fixed by the message, or
+    the one the log had reached) and the named groups of ``pattern`` (``fields``, as printed)."""
+
+    def handle(p: LineGrammar, m: Any, ln: Line) -> None:
+        values: dict[str, Any] = {"phase": phase or p.phase_now(), "oom": bool(RE_OUT_OF_MEMORY.search(ln.text)),
+                                  **oom_figures(ln.text)}
+        if m is not None:
+            values.update(zip(fields, m.groups()))
+        p.event(kind, values, ln.ev)
+
+    return Rule(trigger, pattern, handle)
 
 
 def _custom_ar(p: LineGrammar, _m: Any, ln: Line) -> None:

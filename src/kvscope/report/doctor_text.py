@@ -6,6 +6,7 @@ import re
 from typing import Any, Mapping
 
 from ..doctor import DoctorReport
+from ..doctor.outcome import FAILURES
 from ..logs.observed import ObservedRecord
 from ..record import Loose
 from ..engines.sglang.logs import MEMORY_FLAGS as SGLANG_MEMORY_FLAGS
@@ -53,12 +54,17 @@ def _header(report: DoctorReport) -> list[str]:
     shown = {k: v for k, v in report.flags.items() if _is_memory_flag(tl.engine, k)}
     if shown:
         out.append("flags    " + ", ".join(f"{k}={v}" for k, v in shown.items()))
-    status = {True: "started (KV cache allocated)", False: "FAILED at KV sizing", None: "unknown (log ends early)"}[tl.starts]
+    status = {True: "started (KV cache allocated; the log ends before the server said it was ready)",
+              False: "FAILED at KV sizing", None: "unknown (log ends early)"}[tl.starts]
+    if tl.starts and _has(x, "serving_seen"):
+        status = "started (the log shows it serving)"
     failed_at = _field(x, "failed_at")
     if tl.starts is False and failed_at == "init":
         status = "FAILED before loading weights (startup memory check)"
     elif tl.starts is False and failed_at == "engine":
         status = "FAILED (the engine crashed; see the traceback in the log)"
+    elif tl.starts is False and failed_at != "kv_sizing" and (tl.engine, failed_at) in FAILURES:
+        status = f"FAILED at {FAILURES[(tl.engine, failed_at)].what}"
     out.append(f"startup  {status}")
     if tl.kv_cache_tokens is not None:
         out.append(f"KV       {tl.kv_cache_tokens:,} tokens, {_gib(tl.kv_cache_bytes)} GiB per GPU"

@@ -23,12 +23,15 @@ from ...logs.grammar import (
     CUSTOM_AR_RULE,
     DEVICE_NAME_RULE,
     MAX_RANKS,
+    PHASES,
     Event,
     Figure,
     Line,
     LineGrammar,
     Rule,
+    bounded_append,
     event_rule,
+    failure_rule,
     launch_rule,
     oom_rule,
     parse_kv_repr,
@@ -219,7 +222,7 @@ def _baseline(p: SglangLogParser, _m: Any, ln: Line) -> None:
 
 
 def _load_begin(p: SglangLogParser, m: Any, ln: Line) -> None:
-    p.rank(ln).loads.append(LoadObs(begin_avail_gib=Figure(float(m.group(1)), ln.ev)))
+    bounded_append(p.rank(ln).loads, LoadObs(begin_avail_gib=Figure(float(m.group(1)), ln.ev)))
     p.saw_figures = True
 
 
@@ -236,7 +239,7 @@ def _load_end(p: SglangLogParser, m: Any, ln: Line) -> None:
         p.log.version_markers.add(marker)
     rank = p.rank(ln)
     if not rank.loads or rank.loads[-1].end_avail_gib is not None:
-        rank.loads.append(LoadObs())
+        bounded_append(rank.loads, LoadObs())
     obs = rank.loads[-1]
     obs.end_avail_gib = Figure(float(avail), ln.ev)
     obs.usage_gib = Figure(float(usage), ln.ev) if usage is not None else None
@@ -261,7 +264,7 @@ def _load(p: SglangLogParser, _m: Any, ln: Line) -> bool:
 def _kv_alloc(p: SglangLogParser, m: Any, ln: Line) -> None:
     label, dtype, tokens, k, v, kv = m.groups()
     p.log.version_markers.add("kv_alloc_dtype" if dtype else "kv_alloc_no_dtype")
-    p.rank(ln).kv_allocs.append(KvAllocObs(
+    bounded_append(p.rank(ln).kv_allocs, KvAllocObs(
         tokens=Figure(int(tokens), ln.ev), k_size_gib=float(k) if k else None,
         v_size_gib=float(v) if v else None, kv_size_gib=float(kv) if kv else None,
         dtype=dtype, label=label.strip() if label else None))
@@ -269,7 +272,7 @@ def _kv_alloc(p: SglangLogParser, m: Any, ln: Line) -> None:
 
 
 def _pool_end(p: SglangLogParser, m: Any, ln: Line) -> None:
-    p.rank(ln).pool_end_avail_gib.append(Figure(float(m.group(1)), ln.ev))
+    bounded_append(p.rank(ln).pool_end_avail_gib, Figure(float(m.group(1)), ln.ev))
 
 
 def _capture_sizes(p: SglangLogParser, ln: Line) -> bool:
@@ -295,13 +298,12 @@ def _capture(p: SglangLogParser, _m: Any, ln: Line) -> bool:
     rank = p.rank(ln)
     avail = RE_AVAIL.search(ln.text)
     if m.group(2) == "begin":
-        rank.graphs.append(GraphObs(role=role, begin_avail_gib=Figure(float(avail.group(1)), ln.ev) if avail else None))
+        bounded_append(rank.graphs, GraphObs(role=role, begin_avail_gib=Figure(float(avail.group(1)), ln.ev) if avail else None))
         return True
     last = rank.graphs[-1] if rank.graphs else None
     g = last if last is not None and last.end_avail_gib is None and last.role == role else None
     if g is None:
-        g = GraphObs(role=role)
-        rank.graphs.append(g)
+        g = bounded_append(rank.graphs, GraphObs(role=role))
     usage = RE_USAGE.search(ln.text)
     g.end_avail_gib = Figure(float(avail.group(1)), ln.ev) if avail else None
     g.usage_gib = Figure(float(usage.group(1)), ln.ev) if usage else None
@@ -407,6 +409,7 @@ RULES: tuple[Rule, ...] = (
     Rule(r"Load weight (?:begin|end)", None, _load),
     Rule(r"KV Cache is allocated|KV Cache VA upper bound", RE_KV_ALLOC, _kv_alloc),
     Rule(r"Memory pool end", RE_POOL_END, _pool_end),
+    failure_rule(r"Capture cuda graph failed", "graph_capture_failed", "cuda_graph"),  # cuda_graph_runner.py
     Rule(r"[Cc]apture .{0,60}?(?:cuda|CUDA) graph", None, _capture),
     Rule(r"max_total_num_tokens=", None, _summary),
     Rule(r"is larger than the profiled value", RE_MAX_TOTAL, _max_total_capped),
@@ -426,7 +429,8 @@ RULES: tuple[Rule, ...] = (
     Rule(r"max_running_requests was reduced", RE_RUNNING_REDUCED, _running_reduced),
     Rule(r"Using KV cache dtype", RE_KV_DTYPE, _kv_dtype),
     Rule(r"Automatically reduce --mem-fraction-static|Automatically adjust --mem-fraction-static", RE_MFS_AUTO, _mfs_auto),
-    event_rule(r"Scheduler hit an exception", "scheduler_exception"),
+    failure_rule(r"Scheduler hit an exception", "scheduler_exception"),
+    failure_rule(r"CUDA [Ee]rror: ", "cuda_error"),
     version_rule(r"sglang(?:==| version)", RE_VERSION, strip=".,"),
     Rule(r"Disable (?:prefill|decode) CUDA graph because", None, _graph_disabled),
     event_rule(r"piecewise cuda graph is enabled", "piecewise_cuda_graph"),
@@ -439,6 +443,27 @@ RULES: tuple[Rule, ...] = (
 TRIGGER_RE = trigger_pattern(RULES)
 
 
+def phase_of(log: SglangLog) -> str:
+    """The phase the log had reached: the least advanced rank's (a rank that failed holds the others at
+    the next collective); the server's own lines first: ready = serving, the scheduler's summary =
+    warm-up. "unknown" when no rank printed a phase line."""
+    if log.events.get("server_ready"):
+        return "serving"
+    if log.summary:
+        return "warmup"
+    return min((_rank_phase(r) for r in log.ranks.values()), key=PHASES.index, default="unknown")
+
+
+def _rank_phase(r: SglangRank) -> str:
+    """The phase one rank had reached, from what it printed (``model_runner.py``: load, then the KV
+    pools, then CUDA graph capture; the scheduler's summary line follows the last capture)."""
+    if r.graphs:
+        return "cuda_graph"
+    if r.kv_allocs or r.pool_end_avail_gib or any(obs.end_avail_gib is not None for obs in r.loads):
+        return "kv_alloc"
+    return "load_weights" if r.loads else "init"
+
+
 class SglangLogParser(LineGrammar):
     """Feed lines one at a time (``feed``); ``result()`` returns what was understood."""
 
@@ -449,6 +474,9 @@ class SglangLogParser(LineGrammar):
 
     def new_log(self, starts_seen: int = 0, matched_lines: int = 0) -> SglangLog:
         return SglangLog(starts_seen=starts_seen, matched_lines=matched_lines)
+
+    def phase_now(self) -> str:
+        return phase_of(self.log)
 
     def rank(self, ln: Line) -> SglangRank:
         """The rank whose prefix is before the phrase (``[… TP3]``, ``[gpu=0]``, ``[TP3]``)."""

