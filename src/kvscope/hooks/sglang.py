@@ -1,12 +1,15 @@
 """What ``kvscope probe`` wraps inside SGLang, version by version.
 
-Read from the released wheels (``pip download --no-deps sglang==X``): 0.5.6 (classic
-``model_runner.py``), 0.5.9 (``model_runner_kv_cache_mixin.py``), 0.5.14 (mixin
-``_profile_available_bytes`` + ``pool_configurator.py``) and 0.5.23
-(``mem_cache/kv_cache_configurator.py`` + ``distributed/bootstrap.py``). Version bounds between
-the wheels read are taken from ``shared/specs/sglang.md`` §0.1 (0.5.7 mixin, 0.5.18 configurator);
-the 0.5.15–0.5.22 window for ``measure_pre_model_load_memory`` was not read, so a wrong bound
-there shows up as a loudly reported missing target, never as silently absent data.
+Read from the released wheels (``pip download --no-deps sglang==X``) and checked target by target,
+release by release, by ``tests/conformance/test_hook_targets.py``: 0.4.6.post5, 0.4.8.post1,
+0.4.10.post2 (``utils.py``, ``init_cuda_graphs``), 0.5.1–0.5.13 (``init_device_graphs``), 0.5.3+
+(``utils/common.py``), 0.5.7–0.5.10 (mixin ``profile_max_num_token``), 0.5.10+
+(``_resolve_memory_pool_config``; ``init_memory_pool(pre_model_load_memory)``), 0.5.11–0.5.15
+(mixin ``_profile_available_bytes`` + ``pool_configurator.py``), 0.5.16+
+(``mem_cache/kv_cache_configurator.py``; ``ModelRunner.ps``), 0.5.21+
+(``distributed/bootstrap.measure_pre_model_load_memory``). Every bound below sits between two
+adjacent read releases (0.5.0 is not on PyPI); a wrong one would show up as a loudly
+reported missing target, never as silently absent data.
 
 Units are the engine's: ``get_available_gpu_memory`` returns GiB floats; ``pre_model_load_memory``
 (``total_gpu_memory`` / ``min_per_gpu_memory`` in older versions) is GiB; budgets in ``*_bytes``.
@@ -17,8 +20,7 @@ moves): the release table's code-layout traits (``engines/sglang/release.py``: `
 
 from __future__ import annotations
 
-from kvscope.engines.sglang.release import TRAITS as RELEASE
-from kvscope.engines.sglang.release import BaselineCode, CodeHome, GraphInit, era_spec
+from kvscope.engines.sglang.release import CodeHome, GraphInit, era_spec
 from kvscope.hooks import Target, target_maker
 
 ENGINE = "sglang"
@@ -39,6 +41,12 @@ _CLASSIC_LOCALS = {
 }
 _RUNNER_RANK = {"tp_rank": "self.tp_rank", "pp_rank": "self.pp_rank", "gpu_id": "self.gpu_id",
                 "tp_size": "self.tp_size", "pp_size": "self.pp_size"}
+# 0.5.16+: the runner keeps its parallel state in ``self.ps`` (model_runner.py @ 0.5.16 l.262;
+# ``self.tp_rank = `` @ 0.5.15, absent @ 0.5.16).
+_RUNNER_RANK_PS = {"tp_rank": "self.ps.tp_rank", "pp_rank": "self.ps.pp_rank", "gpu_id": "self.gpu_id",
+                   "tp_size": "self.ps.tp_size", "pp_size": "self.ps.pp_size"}
+_RANK_ATTRS = "<0.5.16"
+_RANK_PS = ">=0.5.16"  # to 0.5.20; from 0.5.21 the bootstrap row's target applies
 
 _INIT_INPUTS = {"is_draft_worker": "self.is_draft_worker",
                 "mem_fraction_static": "self.mem_fraction_static"}
@@ -46,6 +54,8 @@ _INIT_INPUTS = {"is_draft_worker": "self.is_draft_worker",
 _CLASSIC_PROFILE_INPUTS = {"pre_model_load_memory_gib": "arg.total_gpu_memory",
                            "mem_fraction_static": "self.mem_fraction_static",
                            "is_draft_worker": "self.is_draft_worker"}
+_FREE_INPUTS = {"device": "arg.device", "gpu_id": "arg.gpu_id", "distributed": "arg.distributed",
+                "empty_cache": "arg.empty_cache"}
 _POOL_SIZES_INPUTS = {"available_bytes": "arg.available_bytes", "page_size": "arg.page_size",
                       "cell_size_bytes": "self._cell_size"}
 
@@ -64,17 +74,41 @@ _target = target_maker(ENGINE)
 
 # Version ranges: where each hooked function lives, from the release table's code-layout traits.
 _PROFILE_RUNNER = era_spec("profile_code", CodeHome.MODEL_RUNNER)  # <0.5.7
-_PROFILE_MIXIN = era_spec("profile_code", CodeHome.KV_CACHE_MIXIN)  # >=0.5.7,<0.5.14
-_PROFILE_SPLIT = era_spec("profile_code", CodeHome.MIXIN_POOL_CONFIGURATOR)  # >=0.5.14,<0.5.18
-_PROFILE_CONFIGURATOR = era_spec("profile_code", CodeHome.KV_CACHE_CONFIGURATOR)  # >=0.5.18
 _POOL_RUNNER = era_spec("pool_init_code", CodeHome.MODEL_RUNNER)  # <0.5.7
-_POOL_MIXIN = era_spec("pool_init_code", CodeHome.KV_CACHE_MIXIN)  # >=0.5.7,<0.5.18
-_POOL_CONFIGURATOR = era_spec("pool_init_code", CodeHome.KV_CACHE_CONFIGURATOR)  # >=0.5.18
-_POOL_CONFIGURATOR_CLASSES = RELEASE["pool_configurator_code"].spec  # >=0.5.14
-_GRAPHS_DEVICE = era_spec("graph_init_code", GraphInit.DEVICE_GRAPHS)  # <0.5.14
+# mem_cache/kv_cache_configurator.py replaces the mixin in 0.5.16 (absent @ 0.5.15), before the
+# release table's 0.5.18 row.
+_PROFILE_CONFIGURATOR = ">=0.5.16"
+_POOL_MIXIN = ">=0.5.7,<0.5.16"
+_POOL_CONFIGURATOR = ">=0.5.16"
+# The baseline moves to distributed/bootstrap.py's measure_pre_model_load_memory in 0.5.21
+# (model_runner.py @ 0.5.21 l.1163; absent @ 0.5.20), before the release table's 0.5.23 row.
+_BASELINE_RETURNED = "<0.5.21"
+_BASELINE_BOOTSTRAP = ">=0.5.21"
+# Where the release table's eras (engines/sglang/release.py: profile_code's split at 0.5.14,
+# graph_init_code's single <0.5.14 row, pool_configurator_code >=0.5.14) do not match where the
+# functions live, the hooks take the bounds read from the wheels (test_hook_targets.py):
+# profile_max_num_token / get_cell_size_per_token leave the mixin after 0.5.10 (absent @ 0.5.11),
+# _profile_available_bytes and pool_configurator.py are there from 0.5.11 (absent @ 0.5.10),
+# _resolve_memory_pool_config from 0.5.10 (absent @ 0.5.9).
+_PROFILE_MIXIN = ">=0.5.7,<0.5.10"  # profile_max_num_token(total_gpu_memory)
+_PROFILE_MIXIN_PRE = ">=0.5.10,<0.5.11"  # profile_max_num_token(pre_model_load_memory) @ 0.5.10
+_CELL_SIZE_MIXIN = ">=0.5.7,<0.5.11"
+_PROFILE_SPLIT = ">=0.5.11,<0.5.16"
+_RESOLVE_POOL_CONFIG = ">=0.5.10,<0.5.16"
+# the profile's free-memory local: post_model_load_memory @ 0.5.11 … 0.5.13, available_gpu_memory @ 0.5.14
+_PROFILE_SPLIT_POST = ">=0.5.11,<0.5.14"
+_PROFILE_SPLIT_AVAILABLE = ">=0.5.14,<0.5.16"
+_SPLIT_PROFILE_INPUTS = {"pre_model_load_memory_gib": "arg.pre_model_load_memory",
+                         "mem_fraction_static": "self.mem_fraction_static",
+                         "is_draft_worker": "self.is_draft_worker"}
+_POOL_CONFIGURATOR_CLASSES = ">=0.5.11"
+# init_cuda_graphs @ 0.4.6.post5 … 0.4.10.post2 and 0.5.14+; init_device_graphs @ 0.5.1 … 0.5.13.
+_GRAPHS_DEVICE = ">=0.5.1," + era_spec("graph_init_code", GraphInit.DEVICE_GRAPHS)  # >=0.5.1,<0.5.14
+_GRAPHS_CUDA_OLD = "<0.5.1"
 _GRAPHS_CUDA = era_spec("graph_init_code", GraphInit.CUDA_GRAPHS)  # >=0.5.14
-_BASELINE_RETURNED = era_spec("baseline_code", BaselineCode.RUNNER_RETURN)  # <0.5.23
-_BASELINE_BOOTSTRAP = era_spec("baseline_code", BaselineCode.BOOTSTRAP)  # >=0.5.23
+# get_available_gpu_memory: sglang/srt/utils.py @ 0.5.2, utils/common.py @ 0.5.3.
+_UTILS_PACKAGE = ">=0.5.3"
+_UTILS_MODULE = "<0.5.3"
 
 
 TARGETS: tuple[Target, ...] = (
@@ -95,16 +129,20 @@ TARGETS: tuple[Target, ...] = (
             why="rank of this process and the server args the formula reads"),
     # -- the one measuring tool: free memory in GiB (MIN over ranks when distributed) ----------
     _target("get_available_gpu_memory", "sglang.srt.utils.common", "get_available_gpu_memory",
-            inputs={"device": "arg.device", "gpu_id": "arg.gpu_id",
-                    "distributed": "arg.distributed", "empty_cache": "arg.empty_cache"},
-            outputs={"free_gib": "ret"},
+            versions=_UTILS_PACKAGE, inputs=_FREE_INPUTS, outputs={"free_gib": "ret"},
             why="every free-memory figure SGLang logs or uses"),
+    _target("get_available_gpu_memory", "sglang.srt.utils", "get_available_gpu_memory",
+            versions=_UTILS_MODULE, inputs=_FREE_INPUTS, outputs={"free_gib": "ret"}),
     # -- baseline: MIN free memory across the world after NCCL/custom AR, before weights -------
     _target("init_torch_distributed", _MR, "ModelRunner.init_torch_distributed",
-            versions=_BASELINE_RETURNED, phase="init", rank=_RUNNER_RANK,
+            versions=_BASELINE_RETURNED + "," + _RANK_ATTRS, phase="init", rank=_RUNNER_RANK,
             inputs=_INIT_INPUTS,
             outputs={"pre_model_load_memory_gib": "ret"},
             why="min_per_gpu_memory (<=0.5.9) / pre_model_load_memory (0.5.10+) is its return"),
+    _target("init_torch_distributed", _MR, "ModelRunner.init_torch_distributed",
+            versions=_BASELINE_RETURNED + "," + _RANK_PS, phase="init", rank=_RUNNER_RANK_PS,
+            inputs=_INIT_INPUTS,
+            outputs={"pre_model_load_memory_gib": "ret"}),
     _target("init_torch_distributed", _MR, "ModelRunner.init_torch_distributed",
             versions=_BASELINE_BOOTSTRAP, phase="init", rank={"gpu_id": "self.gpu_id"},
             inputs=_INIT_INPUTS,
@@ -126,20 +164,27 @@ TARGETS: tuple[Target, ...] = (
             versions=_PROFILE_MIXIN, phase="profile",
             inputs=_CLASSIC_PROFILE_INPUTS,
             outputs={"max_total_num_tokens": "ret"}, locals=_CLASSIC_LOCALS),
+    _target("profile_max_num_token", _MIXIN, "ModelRunnerKVCacheMixin.profile_max_num_token",
+            versions=_PROFILE_MIXIN_PRE, phase="profile",
+            inputs={**_CLASSIC_PROFILE_INPUTS, "pre_model_load_memory_gib": "arg.pre_model_load_memory"},
+            outputs={"max_total_num_tokens": "ret"},
+            locals={**_CLASSIC_LOCALS, "available_gpu_memory_gib": "post_model_load_memory"}),
     _target("get_cell_size_per_token", _MIXIN, "ModelRunnerKVCacheMixin.get_cell_size_per_token",
-            versions=_PROFILE_MIXIN, inputs={"num_layers": "arg.num_layers"},
+            versions=_CELL_SIZE_MIXIN, inputs={"num_layers": "arg.num_layers"},
             outputs={"cell_size_bytes": "ret"}),
     _target("_profile_available_bytes", _MIXIN, "ModelRunnerKVCacheMixin._profile_available_bytes",
-            versions=_PROFILE_SPLIT, phase="profile",
-            inputs={"pre_model_load_memory_gib": "arg.pre_model_load_memory",
-                    "mem_fraction_static": "self.mem_fraction_static",
-                    "is_draft_worker": "self.is_draft_worker"},
+            versions=_PROFILE_SPLIT_POST, phase="profile", inputs=_SPLIT_PROFILE_INPUTS,
+            outputs={"available_bytes": "ret"},
+            locals={"available_gpu_memory_gib": "post_model_load_memory",
+                    "rest_memory_gib": "rest_memory"}),
+    _target("_profile_available_bytes", _MIXIN, "ModelRunnerKVCacheMixin._profile_available_bytes",
+            versions=_PROFILE_SPLIT_AVAILABLE, phase="profile", inputs=_SPLIT_PROFILE_INPUTS,
             outputs={"available_bytes": "ret"},
             locals={"available_gpu_memory_gib": "available_gpu_memory",
                     "rest_memory_gib": "rest_memory"}),
     _target("_resolve_memory_pool_config", _MIXIN,
             "ModelRunnerKVCacheMixin._resolve_memory_pool_config",
-            versions=_PROFILE_SPLIT, phase="profile",
+            versions=_RESOLVE_POOL_CONFIG, phase="profile",
             outputs=_POOL_CONFIG_OUTPUTS),
     _target("_profile_available_bytes", _KVC, "KVCacheConfigurator._profile_available_bytes",
             versions=_PROFILE_CONFIGURATOR, phase="profile",
@@ -185,6 +230,8 @@ TARGETS: tuple[Target, ...] = (
     _target("init_device_graphs", _MR, "ModelRunner.init_device_graphs", versions=_GRAPHS_DEVICE,
             phase="cuda_graph", inputs={"is_draft_worker": "self.is_draft_worker"}),
     _target("init_cuda_graphs", _MR, "ModelRunner.init_cuda_graphs", versions=_GRAPHS_CUDA,
+            phase="cuda_graph", inputs={"is_draft_worker": "self.is_draft_worker"}),
+    _target("init_cuda_graphs", _MR, "ModelRunner.init_cuda_graphs", versions=_GRAPHS_CUDA_OLD,
             phase="cuda_graph", inputs={"is_draft_worker": "self.is_draft_worker"}),
     # -- end of startup: the scheduler loop starts; nothing after this is recorded -------------
     _target("event_loop_normal", _SCHED, "Scheduler.event_loop_normal", end_of_startup="call",

@@ -107,6 +107,9 @@ def vllm_record(metrics_text: str, url: str) -> dict[str, Any] | None:
         model = model or labels.get("model_name")
     if not any(name.startswith("vllm:") for name, _, _ in samples):
         return None
+    # 0.32+ labels: the engine's own capacity figures ("GPU/CPU KV cache size", "Maximum concurrency")
+    if "kv_cache_max_concurrency" in outputs:
+        outputs.setdefault("max_concurrency", outputs["kv_cache_max_concurrency"])
     return {"event": "live", "engine": "vllm", "engine_version": None, "source_url": url,
             "inputs": {"model": model}, "outputs": outputs}
 

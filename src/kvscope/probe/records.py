@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from kvscope.errors import KvscopeError
+from kvscope.validate import probe_record_ok
 from kvscope.probe.targets import Target, all_targets, targets_from_json, version_matches
 
 
@@ -81,8 +82,13 @@ def load_probe_dir(path: str) -> list[ProcessRecords]:
                 if not line:
                     continue
                 try:
-                    recs.append(json.loads(line))
-                except ValueError:
+                    rec = json.loads(line)
+                except (ValueError, RecursionError):
+                    bad += 1
+                    continue
+                if probe_record_ok(rec):  # an object with the fields' kinds (validate.PROBE_RECORD_RULES)
+                    recs.append(rec)
+                else:
                     bad += 1
         pid = next((r.get("pid") for r in recs if r.get("pid") is not None), None)
         out.append(ProcessRecords(os.path.join(path, name), pid, tuple(recs), bad))

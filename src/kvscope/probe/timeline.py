@@ -44,7 +44,7 @@ def timeline_from_probe_dir(path: str) -> Timeline:
     rows, shared = _rank_rows(engine_procs)
     model = next((m for m in (_first_input(p, ("model_path", "model")) for p in engine_procs)
                   if m), None)
-    errors = [r.get("exc") for p in engine_procs for r in p.events("raise") if r.get("exc")]
+    errors = [e for p in engine_procs for e in _start_errors(p)]
     # The probe records whatever the engine's functions received: an open key set.
     ranks = tuple(RankTimeline(rank=i, phases=ph, decision=Loose(d)) for i, ph, d in rows)
     first = dict(rows[0][2]) if rows else dict(shared)
@@ -53,6 +53,8 @@ def timeline_from_probe_dir(path: str) -> Timeline:
             first.setdefault(k, v)
         model = model or (r.get("inputs") or {}).get("model")
     tokens = first.get("max_total_num_tokens")
+    if tokens is None and isinstance(first.get("kv_cache_size_tokens"), int):  # vLLM 0.32+ /metrics
+        tokens = first["kv_cache_size_tokens"]
     if tokens is None and first.get("num_gpu_blocks") is not None and first.get("block_size"):
         tokens = first["num_gpu_blocks"] * first["block_size"]
     if isinstance(tokens, list):
@@ -60,13 +62,16 @@ def timeline_from_probe_dir(path: str) -> Timeline:
     weights = first.get("weight_load_mem_usage_bytes", first.get("weights_memory_bytes"))
     extra: dict[str, Any] = {"probe": report.to_dict()}
     for key in ("mem_fraction_static", "gpu_memory_utilization", "num_gpu_blocks",
-                "available_kv_cache_memory_bytes", "cudagraph_memory_estimate_bytes"):
+                "available_kv_cache_memory_bytes", "cudagraph_memory_estimate_bytes", "block_size",
+                "max_concurrency", "kv_cache_memory_bytes", "cpu_total_memory_bytes"):
         if first.get(key) is not None:
             extra[key] = first[key]
     if "available_kv_cache_memory_bytes" in extra:
         extra["available_kv_cache_bytes"] = extra["available_kv_cache_memory_bytes"]
     if live:
         extra["live"] = [dict(r) for r in live]
+    if _starts(engine_procs, errors):  # a process recorded the end of its startup: it was serving
+        extra["serving_seen"] = True
     warnings = [f"probe target not found: {why}" for why in report.not_found.values()]
     warnings += [f"{p.label}: agent error (engine unaffected): {e}"
                  for p in report.processes for e in p.agent_errors]
@@ -83,7 +88,7 @@ def timeline_from_probe_dir(path: str) -> Timeline:
         kv_cache_tokens=tokens,
         max_running_requests=first.get("max_running_requests"),
         kv_cell_bytes=first.get("cell_size_bytes"),
-        kv_cache_bytes=None,
+        kv_cache_bytes=_kv_cache_bytes(first),
         weights_bytes=weights,
         ranks=ranks,
         extra=Loose(extra),
@@ -92,6 +97,31 @@ def timeline_from_probe_dir(path: str) -> Timeline:
 
 
 _Row = Tuple[int, Tuple[Phase, ...], Dict[str, Any]]
+# Records that end a process's startup (the hook tables' ``end_of_startup`` targets).
+_END_CALLS = ("event_loop_normal", "event_loop_overlap", "run_busy_loop")
+_END_RETURNS = ("compile_or_warm_up_model",)
+# Exceptions that end a process rather than fail its start (a server stopped by a signal).
+_SHUTDOWN = ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
+
+
+def _start_errors(p: ProcessRecords) -> list[str]:
+    """The engine's exception texts raised during the start: none after the process started
+    serving (a busy loop ended by shutdown), none for an interpreter exit."""
+    end = min((r.get("seq", 0) for r in p.records
+               if (r.get("event") == "call" and r.get("target") in _END_CALLS)
+               or (r.get("event") == "return" and r.get("target") in _END_RETURNS)),
+              default=None)
+    return [r["exc"] for r in p.events("raise")
+            if r.get("exc") and r.get("exc_type") not in _SHUTDOWN
+            and (end is None or r.get("seq", 0) < end)]
+
+
+def _kv_cache_bytes(decision: Mapping[str, Any]) -> int | None:
+    """The KV cache allocation: vLLM's ``KVCacheTensor.size`` summed (one rank's tensors)."""
+    sizes = decision.get("kv_cache_tensor_bytes")
+    if isinstance(sizes, list) and sizes and all(isinstance(x, int) for x in sizes):
+        return sum(sizes)
+    return None
 
 
 def _rank_rows(engine_procs: list[ProcessRecords]) -> tuple[list[_Row], dict[str, Any]]:
@@ -152,7 +182,8 @@ def _decision(p: ProcessRecords) -> tuple[dict[str, Any], dict[str, Any]]:
         if end is not None:
             values.update(end.get("outputs") or {})
             values.update(end.get("locals") or {})
-            if end.get("event") == "raise":
+            if end.get("event") == "raise" and end.get("exc_type") not in _SHUTDOWN \
+                    and call["target"] not in _END_CALLS:
                 dest.setdefault("error", end.get("exc"))
                 dest.setdefault("error_type", end.get("exc_type"))
         if call["target"] == "profile_max_num_token" and "max_total_num_tokens" in values:
@@ -248,8 +279,7 @@ def _phase(name: str, call: Mapping[str, Any], end: Mapping[str, Any] | None,
 def _starts(procs: list[ProcessRecords], errors: list[str]) -> bool | None:
     if errors:
         return False
-    if any(r.get("target") in ("event_loop_normal", "event_loop_overlap",
-                               "compile_or_warm_up_model")
+    if any(r.get("target") in (*_END_CALLS, *_END_RETURNS)
            for p in procs for r in p.events("call")):
         return True
     return None

