@@ -60,6 +60,8 @@ DEVICES = ("cuda", "rocm")
 
 @dataclass(frozen=True)
 class TensorGroup:
+    """The weights of one kind in one layer (element count and bytes)."""
+
     name: str  # embed | lm_head | attn | indexer | mlp_dense | experts | shared_experts | router | norm | mamba | vision | mtp
     layer: int | None  # decoder layer index (None for embed/lm_head/vision; num_hidden_layers+i for MTP)
     numel: int
@@ -69,6 +71,8 @@ class TensorGroup:
 
 @dataclass(frozen=True)
 class WeightsEstimate:
+    """The weights of a checkpoint: total, per rank and per PP stage, by group."""
+
     total_bytes: int  # whole checkpoint (without duplication)
     per_rank_bytes: int  # the largest rank's share
     groups: tuple[TensorGroup, ...]
@@ -89,6 +93,8 @@ def _linear_bytes(rows: int, cols: int, q: QuantSpec, quantized: bool, dtype_byt
     if not quantized or not q.is_quantized:
         return n * dtype_bytes
     if q.weight_bits == 8:
+        if q.per_tensor:  # one float32 scale for the whole weight (vLLM online fp8)
+            return n + 4
         if q.block_size:  # fp8 block scales: float32 per (128 x 128) block
             br, bc = q.block_size
             return n + (-(-rows // br)) * (-(-cols // bc)) * 4
@@ -420,7 +426,8 @@ def rope_cache_bytes(s: ModelSpec, engine: str, device: str = "cuda") -> int:
     if engine == "sglang":
         nbytes = 4 if device == "cuda" else s.dtype_bytes
     else:
-        nbytes = 4 if (device == "cuda" and s.is_mla) else s.dtype_bytes
+        # MiniCPM3 is MLA-shaped but uses LongRoPE (phi3_long_rope_scaled_rope.py: the model dtype)
+        nbytes = 4 if (device == "cuda" and s.is_mla and s.model_type != "minicpm3") else s.dtype_bytes
     return sum(positions * rotary_dim for positions, rotary_dim in rope_caches(s)) * nbytes
 
 
@@ -592,10 +599,38 @@ def pp_layer_range(num_layers: int, pp_rank: int, pp: int) -> tuple[int, int]:
     return start, start + sizes[pp_rank]
 
 
+_ESTIMATES: dict[tuple, tuple[ModelSpec, WeightsEstimate]] = {}  # bounded: cleared past _ESTIMATES_MAX
+_ESTIMATES_MAX = 512
+
+
 def weights_per_rank(s: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, attn_tp: int | None = None,
                      include_mtp: bool = False, include_vision: bool = True, engine: str | None = None,
-                     device: str = "cuda", mxfp4_backend: str | None = None) -> WeightsEstimate:
+                     device: str = "cuda", mxfp4_backend: str | None = None,
+                     vision_tp: bool = False) -> WeightsEstimate:
+    """:func:`estimate_weights_per_rank`, remembered per model object and layout: a plan's fix checks,
+    ``kvscope fit`` and ``kvscope sweep`` ask for the same layout again and again (the estimate is a
+    pure function of the frozen spec and these arguments; the spec is held, so its id is not reused)."""
+    key = (id(s), tp, pp, ep, attn_tp, include_mtp, include_vision, engine, device, mxfp4_backend, vision_tp)
+    hit = _ESTIMATES.get(key)
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    est = estimate_weights_per_rank(s, tp=tp, pp=pp, ep=ep, attn_tp=attn_tp, include_mtp=include_mtp,
+                                    include_vision=include_vision, engine=engine, device=device,
+                                    mxfp4_backend=mxfp4_backend, vision_tp=vision_tp)
+    if len(_ESTIMATES) >= _ESTIMATES_MAX:
+        _ESTIMATES.clear()
+    _ESTIMATES[key] = (s, est)
+    return est
+
+
+def estimate_weights_per_rank(s: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, attn_tp: int | None = None,
+                              include_mtp: bool = False, include_vision: bool = True, engine: str | None = None,
+                              device: str = "cuda", mxfp4_backend: str | None = None,
+                              vision_tp: bool = False) -> WeightsEstimate:
     """Bytes each rank holds; the max over PP stages (every TP rank of a stage holds the same share).
+
+    ``vision_tp``: the engine builds the vision tower's linears TP-sharded (Column/RowParallelLinear,
+    e.g. vLLM's mllama4.py); otherwise the tower is counted whole on every rank of the first stage.
 
     ``engine`` ("vllm" | "sglang"): add what that engine allocates while loading beyond the
     checkpoint share (``extras``): the RoPE cache (both), SGLang's MLA ``w_kc``/``w_vc`` copies and
@@ -626,6 +661,8 @@ def weights_per_rank(s: ModelSpec, *, tp: int = 1, pp: int = 1, ep: int = 1, att
             if g.layer is None and g.name == "norm" and stage != pp - 1:
                 continue
             b = _shard_bytes(g, s, tp, attn_tp)
+            if g.name == "vision" and vision_tp:
+                b = -(-g.bytes // tp)
             share += b
             if g.name == "experts" and g.layer is not None:
                 expert_share[g.layer] = expert_share.get(g.layer, 0) + b
