@@ -26,15 +26,20 @@ what one engine answers there, so each engine binds its own to its table (:func:
 from __future__ import annotations
 
 import operator
+import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeVar, Union
 
-from packaging.specifiers import Specifier, SpecifierSet
 from packaging.version import Version
 
-Rule = Callable[[Iterable[Specifier], Version], bool]
+if TYPE_CHECKING:  # packaging.specifiers imports packaging.tags (logging, platform, subprocess): only on use
+    from packaging.specifiers import SpecifierSet
+
+Rule = Callable[[Iterable["Clause"], Version], bool]
 """A containment rule: whether version ``v`` satisfies every clause of a specifier set."""
+
+_parsed = lru_cache(maxsize=None)(Version)  # each clause's bound, parsed once (a release() reads ~70 traits)
 
 # The comparison operators plain order knows (a trait using another one is a table error: KeyError).
 _ORDER = {">=": operator.ge, "<": operator.lt, ">": operator.gt, "<=": operator.le, "==": operator.eq}
@@ -43,7 +48,7 @@ _ORDER = {">=": operator.ge, "<": operator.lt, ">": operator.gt, "<=": operator.
 def by_order(clauses: Iterable[Specifier], v: Version) -> bool:
     """Every clause by plain ``Version`` order (the vLLM table): a dev / rc build of X is before X,
     a post-release or local build of X after it."""
-    return all(_ORDER[s.operator](v, Version(s.version)) for s in clauses)
+    return all(_ORDER[s.operator](v, _parsed(s.version)) for s in clauses)
 
 
 def by_order_else_pep440(clauses: Iterable[Specifier], v: Version) -> bool:
@@ -51,9 +56,9 @@ def by_order_else_pep440(clauses: Iterable[Specifier], v: Version) -> bool:
     admitted (the SGLang table): ``>X`` excludes X's post-releases and local builds."""
     for s in clauses:
         if s.operator == "<":
-            ok = v < Version(s.version)
+            ok = v < _parsed(s.version)
         elif s.operator == ">=":
-            ok = v >= Version(s.version)
+            ok = v >= _parsed(s.version)
         else:
             ok = s.contains(v, prereleases=True)
         if not ok:
@@ -61,9 +66,43 @@ def by_order_else_pep440(clauses: Iterable[Specifier], v: Version) -> bool:
     return True
 
 
+_CLAUSE = re.compile(r"^\s*(~=|==|!=|<=|>=|<|>)\s*([0-9][0-9a-z.+!]*)\s*$")
+
+
+class Clause:
+    """One clause of a specifier set (``operator``, ``version``), read without importing
+    ``packaging.specifiers`` (its import costs more than the whole plan); ``contains`` is PEP 440's
+    (``packaging.specifiers.Specifier.contains``). A plain class: a dataclass costs ~1 ms at import."""
+
+    __slots__ = ("operator", "version")
+
+    def __init__(self, operator: str, version: str) -> None:
+        self.operator, self.version = operator, version
+
+    def __repr__(self) -> str:
+        return f"Clause({self.operator!r}, {self.version!r})"
+
+    def contains(self, v: Version, prereleases: bool = True) -> bool:
+        if prereleases and v.local is None:  # PEP 440 where it is plain order (packaging's own first test)
+            if self.operator == ">" and not v.is_postrelease:
+                return v > _parsed(self.version)  # the post / local exclusions of ">V" need one
+            if self.operator == "<=":
+                return v <= _parsed(self.version)
+        from packaging.specifiers import Specifier
+
+        return Specifier(self.operator + self.version).contains(v, prereleases=prereleases)
+
+
 @lru_cache(maxsize=None)
-def _clauses(spec: str) -> tuple[Specifier, ...]:
-    return tuple(SpecifierSet(spec))
+def _clauses(spec: str) -> tuple[Clause, ...]:
+    """The clauses of ``spec`` (comma-separated); anything but plain ``OP VERSION`` clauses is read
+    by ``packaging.specifiers.SpecifierSet`` (its errors included)."""
+    found = [_CLAUSE.match(part) for part in spec.split(",")]
+    if not all(found):
+        from packaging.specifiers import SpecifierSet
+
+        return tuple(Clause(c.operator, c.version) for c in SpecifierSet(spec))
+    return tuple(Clause(m.group(1), m.group(2)) for m in found if m)
 
 
 def _version(v: Version | str) -> Version:
@@ -85,6 +124,8 @@ class Trait:
 
     @property
     def specifier(self) -> SpecifierSet:
+        from packaging.specifiers import SpecifierSet
+
         return SpecifierSet(self.spec)
 
     @property
