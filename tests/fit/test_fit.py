@@ -20,6 +20,7 @@ from kvscope.engines.sglang.args import SGLangArgs
 from kvscope.engines.sglang.plan import Measured, plan_sglang
 from kvscope.engines.vllm.args import VllmFlags
 from kvscope.engines.vllm.plan import plan_vllm
+from kvscope.engines.vllm.release import version_traits
 from kvscope.fit import FitRequest, _first_true, _last_true, candidates, fit, fit_result_from_dict
 from kvscope.hardware.gpus import get_gpu
 from kvscope.model.load import load_spec
@@ -35,9 +36,10 @@ def _spec(model):
 
 
 @lru_cache(maxsize=None)
-def _fit(model, gpu, gpus, context, concurrency, engine="sglang", kv=None, tp=None, pp=None, dp=None):
+def _fit(model, gpu, gpus, context, concurrency, engine="sglang", kv=None, tp=None, pp=None, dp=None,
+         optimize="throughput"):
     return fit(FitRequest(_spec(model), get_gpu(gpu), gpus, context, concurrency, engine=engine, kv_cache_dtype=kv,
-                          tp=tp, pp=pp, dp=dp, model_ref=model, gpu_ref=gpu))
+                          tp=tp, pp=pp, dp=dp, model_ref=model, gpu_ref=gpu, optimize=optimize))
 
 
 def _sglang_at(model, gpu, o, context, concurrency, frac, measured=None):
@@ -96,7 +98,7 @@ def test_sglang_fraction_is_minimal_and_max_is_last_with_headroom(model, gpu, gp
         c = o.candidate
         per = math.ceil(concurrency / c.dp)
         t = _sglang_at(model, gpu, o, context, concurrency, o.fraction)
-        assert t.starts and t.kv_cache_tokens == o.kv_cache_tokens >= context * per, o.candidate.label
+        assert t.starts and t.kv_cache_tokens == o.kv_cache_tokens_floor >= context * per, o.candidate.label
         assert t.max_running_requests >= per
         below = _sglang_at(model, gpu, o, context, concurrency, o.fraction - STEP)
         assert not below.starts or below.kv_cache_tokens < context * per, o.candidate.label
@@ -105,9 +107,14 @@ def test_sglang_fraction_is_minimal_and_max_is_last_with_headroom(model, gpu, gp
         if o.fraction_max + STEP < 1:
             assert _headroom(_sglang_at(model, gpu, o, context, concurrency, o.fraction_max + STEP)) < 0
         assert o.headroom == round(o.kv_cache_tokens_max / (context * per), 4) >= 1
-        assert o.flags["--mem-fraction-static"] == o.fraction and o.flags["--context-length"] == context
-    # ranked: fewest GPUs, then unquantized KV, then most headroom
-    keys = [(o.candidate.num_gpus, o.candidate.kv_quantized, -o.headroom) for o in res.options]
+        assert o.flags["--mem-fraction-static"] == o.recommended and o.flags["--context-length"] == context
+        # recommended: SGLang's default for the layout when the target fits there, else the floor
+        rec = _sglang_at(model, gpu, o, context, concurrency, o.recommended)
+        assert rec.kv_cache_tokens == o.kv_cache_tokens >= context * per
+        assert o.recommended == max(o.fraction, o.engine_default) or o.recommended == o.engine_default
+        assert o.recommended >= o.engine_default - 1e-9
+    # ranked: estimated decode throughput at the target, fastest first
+    keys = [-o.speed.decode_tokens_per_s for o in res.options]
     assert keys == sorted(keys)
 
 
@@ -116,7 +123,7 @@ def test_sglang_llama8b_one_h100_best_and_command():
     best = res.best
     assert best.candidate.label == "TP1" and best.candidate.num_gpus == 1
     assert best.command == ("python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
-                            f"--tp-size 1 --mem-fraction-static {best.fraction} --context-length 32768 "
+                            f"--tp-size 1 --mem-fraction-static {best.recommended} --context-length 32768 "
                             "--max-running-requests 8")
     assert "pre_model_load_memory" in best.estimated and "weights" in best.estimated
 
@@ -131,7 +138,9 @@ def test_llama70b_layouts_rejected_with_reasons():
     assert "(est.)" in why["TP1"]
     assert "KV tokens < 524,288 needed" in why["TP2"]
     assert {o.candidate.num_gpus for o in res.options} == {4, 8}
-    assert res.best.candidate.num_gpus == 4
+    assert res.best.candidate.label == "TP8"  # fastest decode at the target (TP4 DP2 does not hold 8 requests each)
+    assert _fit("meta-llama/Llama-3.1-70B-Instruct", "h100", 8, 32768, 16,
+                optimize="gpus").best.candidate.num_gpus == 4
 
 
 def test_heads_not_divisible_is_rejected_with_engine_message():
@@ -152,7 +161,9 @@ def test_dp_replicas_split_the_requests():
     t = _sglang_at("Qwen/Qwen2.5-7B-Instruct", "h100", o, 32768, 200, o.fraction)
     assert t.kv_cache_tokens >= 25 * 32768 > _sglang_at("Qwen/Qwen2.5-7B-Instruct", "h100", o, 32768, 200,
                                                        o.fraction - STEP).kv_cache_tokens
-    assert o.concurrency == round(t.kv_cache_tokens * 8 / 32768, 4)
+    assert o.kv_cache_tokens_floor == t.kv_cache_tokens
+    rec = _sglang_at("Qwen/Qwen2.5-7B-Instruct", "h100", o, 32768, 200, o.recommended)
+    assert o.concurrency == round(rec.kv_cache_tokens * 8 / 32768, 4)  # at the command's value
 
 
 def test_kimi_dp_attention_flags_per_version():
@@ -191,10 +202,38 @@ def test_origin_case_with_measured_inputs_exact():
 def test_origin_case_predicted_rejects_small_tp_and_bf16_tp8():
     res = _fit("moonshotai/Kimi-K2.5", "rtx-pro-6000", 8, 32768, 16)
     why = {r.candidate.label: r.reason for r in res.rejected}
-    for label in ("TP1", "TP2", "TP4", "TP2 PP2"):
+    for label in ("TP1", "TP2", "TP4"):
         assert "leave no KV budget" in why[label], label
     assert "KV tokens < 524,288 needed" in why["TP8"]
     assert "TP8 fp8_e4m3 KV" in {o.candidate.label for o in res.options}
+    # TP within the node before PP: on 8 GPUs TP8 fills the node, so no PP layout is tried
+    assert not [c for c in [*res.rejected, *res.options] if c.candidate.pp > 1]
+    # DP-attention (MLA) or TP8 first, by estimated throughput
+    assert res.best.candidate.tp == 8 and res.best.speed.decode_tokens_per_s > 0
+
+
+def test_deepseek_v3_8x_h200_first_option_is_tp8_or_dp_attention():
+    res = _fit("deepseek-ai/DeepSeek-V3", "h200", 8, 32768, 32)
+    best = res.best
+    assert best.candidate.tp == 8 and best.candidate.pp == 1 and best.speed.decode_tokens_per_s > 0
+    assert best.candidate.label == "TP8 DP-attn8"  # each worker reads 1/8 of the MLA latent KV
+    speeds = [o.speed.decode_tokens_per_s for o in res.options]
+    assert speeds == sorted(speeds, reverse=True)
+    # the command keeps SGLang's default for the layout (the target fits there); the floor is apart
+    assert best.recommended == best.engine_default >= best.fraction
+    assert best.flags["--mem-fraction-static"] == best.recommended
+    latency = _fit("deepseek-ai/DeepSeek-V3", "h200", 8, 32768, 32, optimize="latency")
+    ttfts = [o.speed.ttft_s for o in latency.options]
+    assert ttfts == sorted(ttfts)
+
+
+def test_pp_only_when_tp_cannot_hold_the_model():
+    from kvscope.fit import candidates, fit_request
+    r = fit_request("meta-llama/Llama-3.1-405B", "h100", context=8192, concurrency=4, gpus=16)
+    pps = {(c.tp, c.pp) for c in candidates(r) if c.pp > 1}
+    assert pps == {(8, 2)}  # PP stages only after TP fills a node (8 GPUs)
+    res = fit(r)
+    assert res.fits and res.best.candidate.num_gpus == 16
 
 
 # ------------------------------------------------------------------------------------------------
@@ -214,7 +253,11 @@ def test_vllm_utilization_is_minimal(model, gpu, gpus, context, concurrency):
         per = math.ceil(concurrency / o.candidate.dp)
         t = _vllm_at(model, gpu, o, context, concurrency, o.fraction)
         assert t.starts and t.extra.max_concurrency >= per, o.candidate.label
-        assert t.kv_cache_tokens == o.kv_cache_tokens
+        assert t.kv_cache_tokens == o.kv_cache_tokens_floor
+        rec = _vllm_at(model, gpu, o, context, concurrency, o.recommended)
+        assert rec.starts and rec.kv_cache_tokens == o.kv_cache_tokens
+        default = version_traits(None).default_gpu_memory_utilization  # 0.92 from vLLM 0.20
+        assert o.engine_default == default and o.recommended == min(max(o.fraction, default), o.fraction_max)
         below = _vllm_at(model, gpu, o, context, concurrency, o.fraction - STEP)
         assert not below.starts or below.extra.max_concurrency < per, o.candidate.label
         top = _vllm_at(model, gpu, o, context, concurrency, o.fraction_max)
@@ -229,7 +272,9 @@ def test_vllm_qwen3_32b_rejections():
     res = _fit("Qwen/Qwen3-32B", "h100", 8, 32768, 16, engine="vllm")
     why = {r.candidate.label: r.reason for r in res.rejected}
     assert "concurrency" in why["TP1"] and "< 16 at --max-model-len 32768" in why["TP1"]
-    assert res.best.candidate.num_gpus == 2
+    gpus = _fit("Qwen/Qwen3-32B", "h100", 8, 32768, 16, engine="vllm", optimize="gpus")
+    assert gpus.best.candidate.num_gpus == 2
+    assert res.best.speed.decode_tokens_per_s == max(o.speed.decode_tokens_per_s for o in res.options)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -311,11 +356,14 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, field):
 def test_text_report_shows_command_and_rejections():
     res = _fit("meta-llama/Llama-3.1-70B-Instruct", "h100", 8, 32768, 16)
     text = render_fit(res)
-    assert f"best: {res.best.candidate.label} on 4 GPU(s)" in text
+    b = res.best
+    assert f"best: {b.candidate.label} on 8 GPU(s) — ~{b.speed.decode_tokens_per_s:,.0f}" in text
+    assert "tok/s decode at 16 requests" in text
+    assert f"floor: --mem-fraction-static {b.fraction:g} ({b.kv_cache_tokens_floor:,} KV tokens)" in text
     assert res.best.command in text and res.best.plan_command in text
-    assert "rejected:\n  TP1, TP1 DP2, TP1 DP4, TP1 DP8, TP1 fp8_e4m3 KV, " in text  # one line per reason
-    w1 = next(r.reason for r in res.rejected if r.candidate.label == "TP1").split(" per rank")[0]
-    assert f"fp8_e4m3 KV: {w1} per rank leave no KV budget" in text
+    w1 = next(r.reason for r in res.rejected if r.candidate.label == "TP1")
+    assert f"rejected:\n  TP1, TP1 DP2, TP1 DP4, TP1 DP8: {w1}" in text  # one line per reason
+    assert "TP1 fp8_e4m3 KV" not in text  # no KV budget at all: fp8 KV cannot help, not tried
     assert "est. (pre_model_load_memory, weights)" in text
 
 
@@ -323,9 +371,11 @@ def test_search_cost_is_bounded():
     r = FitRequest(_spec("meta-llama/Llama-3.1-70B-Instruct"), get_gpu("h100"), 8, 32768, 16)
     res = _fit("meta-llama/Llama-3.1-70B-Instruct", "h100", 8, 32768, 16)
     n = len(candidates(r))
-    # 10 TP x PP + 6 TP x DP-replica layouts with <= 8 GPUs, x 2 KV dtypes
-    assert n == len(res.options) + len(res.rejected) == 32
-    assert res.plan_calls <= 8 * n  # a bisection over 99 grid points alone would take 2 x 7 per candidate
+    # 10 TP / TP x DP-replica layouts with <= 8 GPUs (no PP: TP8 fills the node), x 2 KV dtypes
+    assert n == 20
+    tried = len(res.options) + len(res.rejected)  # fp8 only where unquantized KV falls short: TP1, TP2, TP4 DP2
+    assert tried == 13
+    assert res.plan_calls <= 4 * tried  # a bisection over 99 grid points alone would take 2 x 7 per candidate
 
 
 def test_fit_request_replace_keeps_validation():
@@ -343,7 +393,7 @@ def test_vllm_weights_rejection_names_the_request():
 
 
 def test_fp8_kv_on_a_gpu_without_fp8_is_flagged():
-    res = _fit("meta-llama/Llama-3.1-8B-Instruct", "a100", 1, 32768, 16)
+    res = _fit("meta-llama/Llama-3.1-8B-Instruct", "a100-80g", 1, 32768, 16)
     o = next(o for o in res.options if o.candidate.kv_quantized)
     assert any("has no native fp8" in w for w in o.warnings)
     h = _fit("meta-llama/Llama-3.1-8B-Instruct", "h100", 1, 32768, 8)

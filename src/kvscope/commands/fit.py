@@ -14,8 +14,12 @@ from dataclasses import replace
 from ..errors import FlagError
 from ..fit import FitRequest, fit, fit_request, parse_set
 from ..hardware.gpus import gpu_names
+from ..progress import progress
 from ..report.fit_text import render_fit
+from ..validate import check_flags
 from ._argtypes import gib_list, positive_int
+from ._engine_flags import add_version_override, check_free_memory, check_version, engine_version
+from ._outputs import add_output_options, write_reports
 
 
 def register(sub) -> None:
@@ -23,8 +27,9 @@ def register(sub) -> None:
         "fit", help="the inverse of plan: which flags (and how many GPUs) serve a context x concurrency target",
         description="Search TP x PP (and DP-attention for MLA models on SGLang) x KV dtype, and the memory knob "
                     "(--mem-fraction-static / --gpu-memory-utilization), with the engine simulation of `kvscope "
-                    "plan`. Prints the working configurations (fewest GPUs first), the launch command, and why "
-                    "every other layout was rejected. Exit 0: fits; 1: nothing fits; 2: bad input.",
+                    "plan`. Prints the working configurations ranked by estimated decode throughput at the target "
+                    "(--optimize), the launch command at the engine's default memory setting or more (the floor "
+                    "shown apart), and why every other layout was rejected. Exit 0: fits; 1: nothing fits; 2: bad input.",
         allow_abbrev=False)
     p.add_argument("model_pos", nargs="?", metavar="MODEL", default=None,
                    help="HF id of a bundled model, a config.json path, or a checkpoint directory")
@@ -51,8 +56,13 @@ def register(sub) -> None:
                    help="SGLang, with --tp/--pp: measured free memory before weights (log 'Load weight begin')")
     p.add_argument("--post-load-free-gib", type=gib_list, default=None,
                    help="SGLang, with --tp/--pp: measured free memory after weights (log 'Load weight end')")
+    p.add_argument("--optimize", choices=("throughput", "latency", "gpus"), default="throughput",
+                   help="ranking: decode throughput at the target concurrency (default), time to first token "
+                        "at the target context, or fewest GPUs (all estimated with kvscope perf's model)")
     p.add_argument("--all", action="store_true", help="list every working configuration")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_version_override(p)
+    add_output_options(p, charts=False)
     p.set_defaults(func=run)
 
 
@@ -67,20 +77,38 @@ def _model_ref(args: argparse.Namespace) -> str:
 
 
 def request_from_args(args: argparse.Namespace) -> FitRequest:
+    """The request, with every input checked before the search (whose per-layout errors are reasons a
+    layout is rejected, not input errors)."""
+    args.engine_version = engine_version(args.engine, args.engine_version,
+                                         getattr(args, "allow_unmodelled_version", False))
+    check_version(args.engine, args.engine_version)
     r = fit_request(
         _model_ref(args), args.gpu, context=args.context, concurrency=args.concurrency, gpus=args.gpus,
         engine=args.engine, engine_version=args.engine_version, gpu_memory_mib=args.gpu_memory_mib,
         kv_cache_dtype=args.kv_cache_dtype, tp=args.tp, pp=args.pp, dp=args.dp,
         pre_load_free_gib=args.pre_load_free_gib, post_load_free_gib=args.post_load_free_gib, step=args.step,
-        allow_dp_attention=not args.no_dp_attention)
-    return replace(r, fixed=parse_set(args.set))  # after the model and GPU: their errors come first
+        allow_dp_attention=not args.no_dp_attention, optimize=args.optimize)
+    fixed = parse_set(args.set)  # after the model and GPU: their errors come first
+    check_flags(args.engine, fixed, names=lambda k: f"--set {k}")  # validate.*_FLAG_RULES
+    if r.measured is not None:
+        check_free_memory(r.measured.pre_load_free_bytes, r.measured.post_load_free_bytes, r.gpu.memory_bytes,
+                          r.gpu.key)
+    return replace(r, fixed=fixed)
 
 
 def run(args: argparse.Namespace) -> int:
-    res = fit(request_from_args(args))
+    req = request_from_args(args)
+    with progress("kvscope fit: planning each layout"):
+        res = fit(req)
     if args.json:
         json.dump(res.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(render_fit(res, show_all=args.all))
+    write_reports(args, lambda command, version: _html(res, command, version))
     return 0 if res.fits else 1
+
+
+def _html(res, command: str, version: str) -> str:
+    from ..report.html import render_fit_html
+    return render_fit_html(res.to_dict(), command, version)

@@ -20,17 +20,22 @@ galloping + bisection: typically 3-8 plan calls per candidate. No memory arithme
 every figure reported comes from a Timeline. A candidate the engine refuses (a raised
 ``KvscopeError``: heads / KV heads not divisible, PP over layers …) is rejected with that message.
 
-Ranking of working options: fewest GPUs, then unquantized KV before fp8 (same GPU count), then the
-most headroom (KV capacity at the upper end of the knob / target).
+Each option's command sets the engine's default for the layout when the target fits there (else the
+smallest value that meets it: the floor, always reported as ``fraction``). Layouts follow engine
+practice (``layouts``): TP within a node before PP, PP only when nothing else holds the target, fp8 KV
+only where unquantized KV falls short, DP-attention (SGLang, MLA) and DP + expert parallel (vLLM, MoE).
+Ranking (``optimize``): estimated decode throughput at the target concurrency (default), time to
+first token at the target context, or fewest GPUs — speeds from ``kvscope perf`` (``speed``).
 
 Modules: ``results`` (the result types), ``request`` (FitRequest, validation, ``--set``), ``layouts``
 (candidates), ``search`` (grid search), ``knob`` / ``sglang_knob`` / ``vllm_knob`` (the memory knob per
-engine and the one search over it), ``cmdline`` (launch and plan command lines); this module: the
-use-case (evaluate, rank, shortfall) and the library call.
+engine and the one search over it), ``cmdline`` (launch and plan command lines), ``speed`` (perf's
+estimate per layout); this module: the use-case (evaluate, rank, shortfall) and the library call.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from typing import Any, Sequence
@@ -45,13 +50,28 @@ from .knob import KNOB, _Counter, _eval, _Knob  # noqa: F401
 from .layouts import _powers, candidates  # noqa: F401
 from .request import (ENGINES, FP8, SGLANG_SETTABLE, VLLM_SETTABLE, FitRequest,  # noqa: F401
                       fit_request, parse_set, validate_request)
-from .results import (Candidate, FitOption, FitResult, Rejection, Shortfall, _Json, _many,  # noqa: F401
+from .results import (Candidate, FitOption, FitResult, Rejection, Shortfall, Speed, _Json, _many,  # noqa: F401
                       _plain, fit_result_from_dict)
 from .search import _first_true, _last_true  # noqa: F401
-from .sglang_knob import _headroom, _SGLangKnob  # noqa: F401
-from .vllm_knob import _request_ok, _VllmKnob  # noqa: F401
+from .speed import option_speed
 
-_KNOBS: dict[str, type[_Knob]] = {"sglang": _SGLangKnob, "vllm": _VllmKnob}
+_KNOB_MODULES = {"sglang": ("sglang_knob", "_SGLangKnob"), "vllm": ("vllm_knob", "_VllmKnob")}
+_LAZY = {"_headroom": "sglang_knob", "_SGLangKnob": "sglang_knob", "_request_ok": "vllm_knob",
+         "_VllmKnob": "vllm_knob"}
+
+
+def _knob_class(engine: str) -> type[_Knob]:
+    """The engine's knob; its engine modules are imported on first use (an SGLang fit never loads vLLM's)."""
+    import importlib
+    mod, name = _KNOB_MODULES[engine]
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+
+
+def __getattr__(name: str) -> Any:  # the former fit.py names, importable without loading both engines
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 def _with_fp8_note(r: FitRequest, o: FitOption) -> FitOption:
     if not o.candidate.kv_quantized or r.gpu.fp8_tflops is not None:
@@ -61,29 +81,74 @@ def _with_fp8_note(r: FitRequest, o: FitOption) -> FitOption:
     return replace(o, warnings=o.warnings + (note,))
 
 
-def _evaluate(r: FitRequest, cands: Sequence[Candidate], counter: _Counter) -> tuple[list[FitOption], list[Rejection]]:
+def _try(r: FitRequest, c: Candidate, counter: _Counter) -> FitOption | Rejection:
+    if c.pp > r.spec.num_hidden_layers:  # plan_vllm has no check (a stage without layers); SGLang raises
+        return Rejection(c, f"pp_size {c.pp} exceeds num_hidden_layers {r.spec.num_hidden_layers}")
+    try:
+        return _eval(_knob_class(r.engine)(r, c, counter))
+    except KvscopeError as exc:  # raised inside the search (the first plan call is caught in _eval)
+        return Rejection(c, str(exc))
+    except ArithmeticError as exc:  # a simulation bug must not hide the other candidates
+        return Rejection(c, f"kvscope plan failed on this layout ({type(exc).__name__}: {exc}); please report it")
+
+
+def _search(r: FitRequest, cands: Sequence[Candidate], counter: _Counter) -> tuple[list[FitOption], list[Rejection]]:
+    """Each candidate through the engine's knob search. A replica layout whose one-engine layout has no
+    KV budget at all (weights) is rejected with that reason without planning it again (same ranks)."""
     ok: list[FitOption] = []
     bad: list[Rejection] = []
-    knob = _KNOBS[r.engine]
+    no_budget: dict[tuple, str] = {}
     for c in cands:
-        if c.pp > r.spec.num_hidden_layers:  # plan_vllm has no check (a stage without layers); SGLang raises
-            res: FitOption | Rejection = Rejection(
-                c, f"pp_size {c.pp} exceeds num_hidden_layers {r.spec.num_hidden_layers}")
-        else:
-            try:
-                res = _eval(knob(r, c, counter))
-            except KvscopeError as exc:  # raised inside the search (the first plan call is caught in _eval)
-                res = Rejection(c, str(exc))
-            except ArithmeticError as exc:  # a simulation bug must not hide the other candidates
-                res = Rejection(c, f"kvscope plan failed on this layout ({type(exc).__name__}: {exc}); "
-                                   f"please report it")
+        key = (c.tp, c.pp, c.kv_cache_dtype)
+        if not (c.dp_attention or c.expert_parallel) and c.dp > 1 and key in no_budget:  # same ranks as dp 1
+            bad.append(Rejection(c, no_budget[key]))
+            continue
+        res = _try(r, c, counter)
         if isinstance(res, FitOption):
             ok.append(_with_fp8_note(r, res))
         else:
+            if not c.dp_attention and c.dp == 1 and res.capacity_ratio is None:
+                no_budget[key] = res.reason
             bad.append(res)
-    ok.sort(key=lambda o: (o.candidate.num_gpus, o.candidate.kv_quantized, -o.headroom, o.candidate.pp,
-                           o.candidate.dp, o.candidate.tp))
     return ok, bad
+
+
+def _layout(c: Candidate) -> tuple:
+    return (c.tp, c.pp, c.dp, c.dp_attention, c.expert_parallel)
+
+
+def _evaluate(r: FitRequest, cands: Sequence[Candidate], counter: _Counter) -> tuple[list[FitOption], list[Rejection]]:
+    """The engines' order of trying: TP / DP-replica / DP-attention layouts with the first KV dtype
+    (unquantized); PP layouts only when none of those holds the target; fp8 KV only for layouts whose
+    unquantized KV falls short (a layout without any KV budget is not retried: weights do not change)."""
+    first = cands[0].kv_cache_dtype if cands else "auto"
+    base = [c for c in cands if c.kv_cache_dtype == first]
+    ok, bad = _search(r, [c for c in base if c.pp == 1], counter)
+    if not ok or r.pp is not None:
+        ok2, bad2 = _search(r, [c for c in base if c.pp > 1], counter)
+        ok, bad = ok + ok2, bad + bad2
+    short = {_layout(b.candidate) for b in bad if b.capacity_ratio is not None}
+    rest = [c for c in cands if c.kv_cache_dtype != first and _layout(c) in short]
+    ok3, bad3 = _search(r, rest, counter)
+    ok = [replace(o, speed=option_speed(r, o.candidate)) for o in ok + ok3]
+    return _rank(r.optimize, ok), bad + bad3
+
+
+def _rank(optimize: str, ok: list[FitOption]) -> list[FitOption]:
+    """throughput: decode tok/s at the target concurrency (then TTFT, fewer GPUs); latency: TTFT, then
+    per-request decode rate; gpus: fewest GPUs, then throughput. Ties: unquantized KV, more headroom."""
+    def key(o: FitOption) -> tuple:
+        s, c = o.speed, o.candidate
+        tput = -s.decode_tokens_per_s if s else math.inf
+        ttft = s.ttft_s if s else math.inf
+        per = -s.per_request_tokens_per_s if s else math.inf
+        tail = (c.kv_quantized, -o.headroom, c.pp, c.dp, c.tp)
+        if optimize == "latency":
+            return (ttft, per, c.num_gpus) + tail
+        if optimize == "gpus":
+            return (c.num_gpus, tput, ttft) + tail
+        return (tput, ttft, c.num_gpus) + tail
+    return sorted(ok, key=key)
 
 
 def _shortfall(r: FitRequest, bad: list[Rejection], counter: _Counter) -> Shortfall:
@@ -96,14 +161,14 @@ def _shortfall(r: FitRequest, bad: list[Rejection], counter: _Counter) -> Shortf
         ok, _ = _evaluate(r8, candidates(r8), counter)
         if ok:
             o = ok[0]
-            tips.append(f"fp8 KV fits on {o.candidate.num_gpus} GPU(s): {o.candidate.label} ({o.knob} {o.fraction})")
+            tips.append(f"fp8 KV fits on {o.candidate.num_gpus} GPU(s): {o.candidate.label} ({o.knob} {o.recommended})")
     if r.tp is None and r.pp is None and r.dp is None and r.measured is None:
         prev, n = r.gpus, r.gpus * 2
         while n <= max(64, r.gpus * 2):
             ok, _ = _evaluate(r, [c for c in candidates(r, n) if c.num_gpus > prev], counter)
             if ok:
                 o = ok[0]
-                tips.append(f"use {o.candidate.num_gpus} GPUs: {o.candidate.label} ({o.knob} {o.fraction})")
+                tips.append(f"use {o.candidate.num_gpus} GPUs: {o.candidate.label} ({o.knob} {o.recommended})")
                 break
             prev, n = n, n * 2
     if closest is not None and closest.kv_cache_tokens:
@@ -141,7 +206,7 @@ def fit(r: FitRequest) -> FitResult:
     shortfall = None if ok else _shortfall(r, bad, counter)
     return FitResult(engine=r.engine, engine_version=version, model=r.spec.name, gpu=r.gpu.key, gpus=r.gpus,
                      context_tokens=r.context_tokens, concurrency=r.concurrency, step=r.step, options=tuple(ok),
-                     rejected=tuple(bad), shortfall=shortfall, plan_calls=counter.calls)
+                     rejected=tuple(bad), shortfall=shortfall, plan_calls=counter.calls, optimize=r.optimize)
 
 
 def fit_model(model: str, gpu: str | None = None, **options: Any) -> FitResult:
@@ -150,8 +215,8 @@ def fit_model(model: str, gpu: str | None = None, **options: Any) -> FitResult:
     return fit(fit_request(model, gpu, **options))
 
 
-__all__ = ["Candidate", "FitOption", "FitRequest", "FitResult", "Rejection", "Shortfall", "candidates", "fit",
-           "fit_request", "fit_result_from_dict", "parse_set", "validate_request"]
+__all__ = ["Candidate", "FitOption", "FitRequest", "FitResult", "Rejection", "Shortfall", "Speed", "candidates",
+           "fit", "fit_request", "fit_result_from_dict", "parse_set", "validate_request"]
 
 
 make_callable(__name__, fit_model)  # kvscope.fit(model, gpu, ...) is fit_model(...)

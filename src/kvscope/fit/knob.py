@@ -46,7 +46,7 @@ class _Knob(abc.ABC):
             self.step = self.fixed / self.lo  # a fixed value off the grid is used exactly
         else:
             self.lo, self.hi = 1, self._top(r.step)
-        self._plans: dict[int | None, Timeline] = {}
+        self._plans: dict[Any, Timeline] = {}  # grid point (None: the default) or ("value", off-grid value)
 
     def plan(self, k: int | None) -> Timeline:
         """The plan at grid point ``k`` (None: the engine's default value)."""
@@ -57,25 +57,62 @@ class _Knob(abc.ABC):
             self._plans[k] = t
         return t
 
+    def plan_at(self, value: float) -> Timeline:
+        """The plan at an off-grid value (the engine's default, rounded up to the flag's 3 decimals)."""
+        t = self._plans.get(("value", value))
+        if t is None:
+            self.counter.calls += 1
+            t = self._plan(value)
+            self._plans[("value", value)] = t
+        return t
+
     def value(self, k: int) -> float:
         return _fmt_fraction(k * self.step, self.step)
 
     def hopeless(self, k_min: int | None) -> bool:
         return False
 
+    def impossible(self, first: Timeline) -> Rejection | None:
+        """A rejection decided in closed form from the first plan (no search), else None."""
+        return None
+
     def usable_max(self, k_max: int | None) -> int | None:
         return k_max
 
+    def default_value(self, first: Timeline) -> float | None:
+        """The engine's default value of the knob for this layout (None when the knob is fixed)."""
+        return None
+
+    def default_plan(self, first: Timeline) -> Timeline:
+        """The plan at the engine's default value."""
+        return first
+
+    def recommended(self, first: Timeline, k_min: int, k_max: int) -> tuple[float, Timeline]:
+        """The engine's default when the target fits there, else the floor ``k_min``: the value the
+        command sets and its plan (``above``: the default does not start; then the floor)."""
+        d = self.default_value(first)
+        if d is not None and k_min * self.step <= d + 1e-9:
+            t = self.default_plan(first)
+            if t.starts:
+                return d, t
+        return self.value(k_min), self.plan(k_min)
+
     def option(self, first: Timeline, k_min: int, k_max: int) -> FitOption:
-        t, tm = self.plan(k_min), self.plan(k_max)
-        value = self.value(k_min)
+        value, t = self.recommended(first, k_min, k_max)
+        tm, tf = self.plan(k_max), self.plan(k_min)
         flags = self.flags(value)
         model = shlex.quote(self.r.model_ref or self.r.spec.name)
+        warnings = tuple(t.warnings)
+        if value > self.value(k_max) + 1e-9:
+            warnings += (f"{self.flag} {value} (the engine's default) is above {self.value(k_max)}, where "
+                         f"kvscope's estimated runtime headroom ends; lower it toward the floor "
+                         f"{self.value(k_min)} if the engine runs out of memory under load",)
         return FitOption(
-            candidate=self.c, knob=self.flag, fraction=value, fraction_max=self.value(k_max),
+            candidate=self.c, knob=self.flag, fraction=self.value(k_min), fraction_max=self.value(k_max),
+            recommended=value, kv_cache_tokens_floor=tf.kv_cache_tokens or 0,
             max_running_requests=t.max_running_requests, flags=flags,
             command=f"{self.launcher} {model} {_render_flags(flags)}",
-            plan_command=_plan_cli(self.r, flags, self.engine), warnings=tuple(t.warnings),
+            plan_command=_plan_cli(self.r, flags, self.engine), warnings=warnings,
             **self.figures(first, t, tm))
 
     @abc.abstractmethod
@@ -106,6 +143,9 @@ def _eval(knob: _Knob) -> FitOption | Rejection:
         first = knob.plan(knob.first_key())  # also gives the engine's default
     except KvscopeError as exc:
         return Rejection(knob.c, str(exc))
+    early = knob.impossible(first)
+    if early is not None:
+        return early
     lo, hi = knob.lo, knob.hi
     k_min = _first_true(lo, hi, knob.meets, knob.guess_min(first))
     if knob.hopeless(k_min):

@@ -8,8 +8,6 @@ from typing import Any, Callable, Mapping, Sequence
 from ..engines.sglang import kv_cache as sgl_kv_cache
 from ..engines.sglang.plan import Measured
 from ..engines.sglang.release import parse_version as sglang_version
-from ..engines.vllm.args import KV_CACHE_DTYPES
-from ..engines.vllm.release import version_traits
 from ..errors import FlagError
 from ..hardware.gpus import GPU, get_gpu
 from ..model.load import load_spec
@@ -17,6 +15,7 @@ from ..model.spec import ModelSpec
 from ..units import gib_to_bytes
 
 ENGINES = ("sglang", "vllm")
+OPTIMIZE = ("throughput", "latency", "gpus")
 FP8 = {"sglang": "fp8_e4m3", "vllm": "fp8"}
 
 # SGLangArgs / VllmFlags fields a user may fix (``--set name=value``) -> the engine's flag name. Limited to
@@ -61,6 +60,7 @@ class FitRequest:
     gpu_memory_mib: int | None = None
     allow_dp_attention: bool = True  # SGLang, MLA models
     allow_dp_replicas: bool = True
+    optimize: str = "throughput"  # ranking: throughput | latency | gpus
 
 
 def fit_request(model: str, gpu: str | None = None, *, context: int, concurrency: int, gpus: int = 8,
@@ -69,7 +69,7 @@ def fit_request(model: str, gpu: str | None = None, *, context: int, concurrency
                 dp: int | None = None, fixed: Mapping[str, Any] | None = None,
                 pre_load_free_gib: Sequence[float] | None = None,
                 post_load_free_gib: Sequence[float] | None = None, step: float = 0.01,
-                allow_dp_attention: bool = True) -> FitRequest:
+                allow_dp_attention: bool = True, optimize: str = "throughput") -> FitRequest:
     """A ``FitRequest`` from a model reference (bundled id, config.json or checkpoint directory) and a
     GPU name, as ``kvscope fit`` builds it. Measured free memory is in GiB as the log prints it (one
     value or one per rank); ``fixed`` holds SGLangArgs / VllmFlags fields (see *_SETTABLE)."""
@@ -84,7 +84,7 @@ def fit_request(model: str, gpu: str | None = None, *, context: int, concurrency
         spec=spec, gpu=g, gpus=gpus, context_tokens=context, concurrency=concurrency, engine=engine,
         version=engine_version, kv_cache_dtype=kv_cache_dtype, tp=tp, pp=pp, dp=dp, fixed=dict(fixed or {}),
         measured=measured, step=step, model_ref=model, gpu_ref=gpu, gpu_memory_mib=gpu_memory_mib,
-        allow_dp_attention=allow_dp_attention)
+        allow_dp_attention=allow_dp_attention, optimize=optimize)
 
 
 def validate_request(r: FitRequest) -> str:
@@ -101,6 +101,8 @@ def validate_request(r: FitRequest) -> str:
     if world > r.gpus:
         raise FlagError(f"--tp {r.tp or 1} x --pp {r.pp or 1} x --dp {r.dp or 1} needs more than --gpus {r.gpus}",
                         field="--gpus", fix=f"raise --gpus to {world} or lower --tp/--pp/--dp")
+    if r.optimize not in OPTIMIZE:
+        raise FlagError(f"unknown --optimize {r.optimize!r}", field="--optimize", fix="use " + ", ".join(OPTIMIZE))
     if not 0 < r.step < 0.5:
         raise FlagError(f"step must be in (0, 0.5), got {r.step}", field="--step", fix="e.g. 0.01")
     limit = r.spec.max_position_embeddings
@@ -116,12 +118,16 @@ def validate_request(r: FitRequest) -> str:
         raise FlagError("measured free memory belongs to one layout", field="--pre-load-free-gib",
                         fix="pass --tp and --pp with it (SGLang only)")
     if r.kv_cache_dtype is not None:
-        known = sgl_kv_cache.KV_DTYPES if r.engine == "sglang" else KV_CACHE_DTYPES
+        if r.engine == "sglang":
+            known = sgl_kv_cache.KV_DTYPES
+        else:
+            from ..engines.vllm.args import KV_CACHE_DTYPES as known  # vLLM modules only for a vLLM fit
         if r.kv_cache_dtype.lower() not in known:
             raise FlagError(f"unknown --kv-cache-dtype {r.kv_cache_dtype!r} for {r.engine}", field="--kv-cache-dtype",
                             fix=f"use one of {', '.join(known)}")
     if r.engine == "sglang":
         return str(sglang_version(r.version))
+    from ..engines.vllm.release import version_traits
     return version_traits(r.version).version
 
 

@@ -49,10 +49,24 @@ class _SGLangKnob(_Knob):
     def _plan(self, value: float | None) -> Timeline:
         r = self.r
         return plan_sglang(r.spec, r.gpu, replace(self.base, mem_fraction_static=value), r.version, r.measured,
-                           None, self.exact)
+                           None, self.exact, check_fixes=False)  # fit reads no fixes
 
     def first_key(self) -> int | None:
         return None if self.fixed is None else self.lo
+
+    def default_value(self, first: Timeline) -> float | None:
+        """SGLang's default fraction for this layout (``first`` is planned without the flag), in flag
+        units (before the aiter factor), rounded up to 3 decimals for the command line (0.811485 -> 0.812:
+        the default or a little more, never less)."""
+        d = first.extra.mem_fraction_static_flag
+        if self.fixed is not None or d is None:
+            return None
+        return math.ceil(round(d, 9) * 1000) / 1000
+
+    def default_plan(self, first: Timeline) -> Timeline:
+        d = first.extra.mem_fraction_static_flag
+        value = self.default_value(first)
+        return first if value is None or abs(value - d) < 1e-9 else self.plan_at(value)
 
     def flags(self, value: float) -> dict[str, Any]:
         """``sglang.launch_server`` flags. Full names (``--tp-size``): 0.5.14+ builds the parser from
@@ -86,7 +100,9 @@ class _SGLangKnob(_Knob):
 
     def upper_ok(self, k: int) -> bool:
         t = self.plan(k)
-        return not t.starts or _headroom(t) >= 0  # below the start the constraint does not bind (monotone)
+        if not t.starts:  # below the start (no KV budget) the constraint does not bind (monotone); a start
+            return not t.kv_cache_tokens  # that fails after the KV pool (CUDA graph capture) is above the max
+        return _headroom(t) >= 0
 
     def guess_min(self, first: Timeline) -> int | None:
         x: SGLangPlanExtra = first.extra
@@ -100,8 +116,19 @@ class _SGLangKnob(_Knob):
                                         reserve_gib=reserve, need_bytes=self.need * first.kv_cell_bytes)
         return math.ceil(f / self.step - 1e-9) if math.isfinite(f) else None
 
+    def impossible(self, first: Timeline) -> Rejection | None:
+        """SGLang's budget solved for the fraction (``min_mem_fraction_static``, memory.min_viable_fraction):
+        when even the top of the grid is below it, no fraction leaves a KV budget — one plan decides."""
+        m = first.extra.min_mem_fraction_static
+        if self.fixed is not None or first.starts or (m is not None and m <= self.hi * self.step + 1e-9):
+            return None  # (None: the minimum is >= 1)
+        w, pre = first.weights_bytes or 0, first.extra.pre_model_load_bytes or 0
+        est = " (est.)" if "weights" in first.estimated else ""
+        return Rejection(self.c, f"weights {w / GiB:.1f} GiB per rank leave no KV budget in the {pre / GiB:.1f} "
+                                 f"GiB free after init{est} even at --mem-fraction-static {self.value(self.hi)}")
+
     def hopeless(self, k_min: int | None) -> bool:
-        return k_min is None and not self.plan(self.hi).starts  # tokens grow with the fraction
+        return k_min is None and not self.plan(self.hi).kv_cache_tokens  # tokens grow with the fraction
 
     def guess_max(self, first: Timeline, k_min: int | None) -> int | None:
         k_ref = k_min if k_min is not None else self.hi
@@ -128,7 +155,7 @@ class _SGLangKnob(_Knob):
         if k_max is None:  # never starts with runtime headroom >= 0
             t = self.plan(top)
             w, pre = t.weights_bytes or 0, t.extra.pre_model_load_bytes or 0
-            if not t.starts:
+            if not t.kv_cache_tokens:
                 return Rejection(c, f"weights {w / GiB:.1f} GiB per rank leave no KV budget in the {pre / GiB:.1f} "
                                     f"GiB free after init{est} even at --mem-fraction-static {self.value(top)}")
             return Rejection(c, f"no --mem-fraction-static both starts and keeps runtime headroom >= 0 (est.): "

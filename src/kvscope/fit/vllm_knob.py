@@ -38,17 +38,36 @@ class _VllmKnob(_Knob):
         self.base = replace(base, tensor_parallel_size=c.tp, pipeline_parallel_size=c.pp, data_parallel_size=c.dp,
                             kv_cache_dtype=c.kv_cache_dtype, max_model_len=r.context_tokens,
                             max_num_seqs=self.per_engine)
+        if self._expert_parallel():
+            self.base = replace(self.base, enable_expert_parallel=True)
         self.default = version_traits(r.version).default_gpu_memory_utilization
         self.k0 = max(self.lo, min(self.hi, round(self.default / self.step)))
+
+    def _expert_parallel(self) -> bool:
+        """``--enable-expert-parallel`` for DP on an MoE model (``Candidate.expert_parallel``), as vLLM's
+        data-parallel deployment guide launches it (experts span the DP engines either way)."""
+        return self.c.expert_parallel
 
     def _top(self, step: float) -> int:
         return int(math.floor(1 / step + 1e-9))
 
     def _plan(self, value: float | None) -> Timeline:
-        return plan_vllm(self.r.spec, self.r.gpu, replace(self.base, gpu_memory_utilization=value), self.r.version)
+        return plan_vllm(self.r.spec, self.r.gpu, replace(self.base, gpu_memory_utilization=value), self.r.version,
+                         check_fixes=False)  # fit reads no fixes
 
     def first_key(self) -> int:
         return self.k0
+
+    def default_value(self, first: Timeline) -> float | None:
+        return None if self.fixed is not None else self.value(self.k0)
+
+    def recommended(self, first: Timeline, k_min: int, k_max: int) -> tuple[float, Timeline]:
+        """The default (or the floor above it), but never above what vLLM accepts at startup: past
+        ``k_max`` it refuses to start (requested memory > free memory), so the largest it accepts."""
+        value, t = super().recommended(first, k_min, k_max)
+        if value > self.value(k_max) + 1e-9 and k_max >= k_min:
+            return self.value(k_max), self.plan(k_max)
+        return value, t
 
     def flags(self, value: float) -> dict[str, Any]:
         """``vllm serve`` flags."""
@@ -61,6 +80,8 @@ class _VllmKnob(_Knob):
         f["--gpu-memory-utilization"] = value
         f["--max-model-len"] = r.context_tokens
         f["--max-num-seqs"] = self.per_engine
+        if self._expert_parallel():
+            f["--enable-expert-parallel"] = True
         if c.kv_cache_dtype != "auto":
             f["--kv-cache-dtype"] = c.kv_cache_dtype
         for k, v in r.fixed.items():
@@ -82,7 +103,8 @@ class _VllmKnob(_Knob):
                 and (bool(t.starts) or not _request_ok(t)))
 
     def upper_ok(self, k: int) -> bool:
-        return _request_ok(self.plan(k))
+        t = self.plan(k)  # vLLM accepts the request, and the CUDA graphs still fit after the KV cache
+        return _request_ok(t) and "while capturing CUDA graphs" not in (t.error or "")
 
     def guess_min(self, first: Timeline) -> int | None:
         total, per_req = self._total(first), first.ranks[0].decision.needed_memory_bytes or 0

@@ -7,6 +7,21 @@ from ..fit import FitResult
 ENGINE_NAME = {"sglang": "SGLang", "vllm": "vLLM"}
 MAX_ROWS = 12  # options shown in the table (all of them with --all)
 MAX_COMMANDS = 2
+_ORDER = {"throughput": "fastest decode at the target first",
+          "latency": "shortest time to first token at the target context first",
+          "gpus": "fewest GPUs first, then fastest decode"}
+
+
+def _tput(sp) -> str:
+    """Decode tok/s with perf's range (slow-fast) when it gives one."""
+    if sp is None:
+        return "n/a"
+    r = sp.decode_tokens_per_s_range
+    return f"{sp.decode_tokens_per_s:,.0f}" + (f" ({r[0]:,.0f}-{r[1]:,.0f})" if r else "")
+
+
+def _k(tokens: int) -> str:
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 and tokens >= 1024 else f"{tokens:,}"
 
 
 def _estimated_note(names) -> str:
@@ -17,7 +32,8 @@ def _estimated_note(names) -> str:
 def _per(o) -> str:
     if o.candidate.dp == 1:
         return ""
-    return " per DP worker" if o.candidate.dp_attention else " per replica"
+    return (" per DP worker" if o.candidate.dp_attention else " per DP engine" if o.candidate.expert_parallel
+            else " per replica")
 
 
 def render_fit(res: FitResult, *, show_all: bool = False) -> str:
@@ -31,34 +47,46 @@ def render_fit(res: FitResult, *, show_all: bool = False) -> str:
     ]
     if res.options:
         knob = res.options[0].knob
-        lines.append(f"working configurations (fewest GPUs, then unquantized KV, then headroom; {knob} "
-                     f"on a {res.step:g} grid):")
-        head = ("  #", "option", "GPUs", "min", "max", "KV tokens", "concurrency", "headroom")
+        lines.append(f"working configurations, {_ORDER[res.optimize]} ({knob} on a {res.step:g} grid; "
+                     "speed estimated with kvscope perf's model):")
+        head = ("  #", "option", "GPUs", f"decode tok/s @{res.concurrency}", f"TTFT @{_k(res.context_tokens)}",
+                "KV tokens", "concurrency", "set", "floor", "max")
         rows = []
         shown = res.options if show_all else res.options[:MAX_ROWS]
         for i, o in enumerate(shown, 1):
-            per = "" if o.candidate.dp == 1 else "/worker" if o.candidate.dp_attention else "/replica"
-            rows.append((f"  {i}", o.candidate.label, str(o.candidate.num_gpus), f"{o.fraction:g}",
-                         f"{o.fraction_max:g}", f"{o.kv_cache_tokens:,}{per}", f"{o.concurrency:.2f}",
-                         f"{o.headroom:.2f}×"))
+            c = o.candidate
+            per = "" if c.dp == 1 else "/worker" if c.dp_attention else "/engine" if c.expert_parallel else "/replica"
+            sp = o.speed
+            rows.append((f"  {i}", o.candidate.label, str(o.candidate.num_gpus),
+                         _tput(sp), f"{sp.ttft_s:.2f} s" if sp else "n/a",
+                         f"{o.kv_cache_tokens:,}{per}", f"{o.concurrency:.2f}", f"{o.recommended:g}",
+                         f"{o.fraction:g}", f"{o.fraction_max:g}"))
         widths = [max(len(r[j]) for r in [head, *rows]) for j in range(len(head))]
         for r in [head, *rows]:
             lines.append("  ".join(c.ljust(widths[j]) if j < 2 else c.rjust(widths[j]) for j, c in enumerate(r)).rstrip())
         if len(res.options) > len(shown):
             lines.append(f"  … {len(res.options) - len(shown)} more (--all)")
-        lines.append("  min: smallest value that holds the target; max: "
-                     + ("largest with estimated runtime headroom ≥ 0 (graphs, activations)" if res.engine == "sglang"
-                        else "largest vLLM accepts (requested ≤ free memory at startup, est.)")
-                     + "; headroom: capacity at max / target")
+        lines.append("  decode tok/s: kvscope perf's estimate at the target concurrency (range: its parameter "
+                     "uncertainty); TTFT: one prompt of the target context on an idle engine")
+        lines.append("  set: what the command sets — the engine's default for the layout, or more when the target "
+                     "needs it; KV tokens and concurrency are at that value")
+        lines.append("  floor: the least that starts and holds the target (less runtime slack than the engine's "
+                     "default); max: " + ("largest with estimated runtime headroom ≥ 0 (graphs, activations)"
+                                          if res.engine == "sglang"
+                                          else "largest vLLM accepts (requested ≤ free memory at startup, est.)"))
         lines.append("")
         for i, o in enumerate(res.options[:MAX_COMMANDS], 1):
+            sp = o.speed
             lines.append(f"{'best' if i == 1 else 'next'}: {o.candidate.label} on {o.candidate.num_gpus} GPU(s) — "
-                         f"{o.kv_cache_tokens:,} KV tokens{_per(o)} at "
-                         f"{o.knob} {o.fraction:g}"
+                         + (f"~{_tput(sp)} tok/s decode at {res.concurrency} requests, "
+                            f"TTFT ~{sp.ttft_s:.2f} s (est.); " if sp else "")
+                         + f"{o.kv_cache_tokens:,} KV tokens{_per(o)} at {o.knob} {o.recommended:g}"
                          + (f" (+{o.tokens_per_step:,} per +0.01)" if o.tokens_per_step else "")
                          + f"; inputs {_estimated_note(o.estimated)}")
+            lines.append(f"  floor: {o.knob} {o.fraction:g} ({o.kv_cache_tokens_floor:,} KV tokens{_per(o)}) is the "
+                         "least that starts and holds the target")
             if o.above_default:
-                lines.append(f"  note: {o.knob} {o.fraction:g} is above the engine's default for this layout "
+                lines.append(f"  note: {o.knob} {o.recommended:g} is above the engine's default for this layout "
                              f"({o.engine_default:g})" + (": less runtime slack than SGLang reserves by default "
                                                          "(CUDA graphs, activations)" if res.engine == "sglang" else ""))
             lines.append(f"  {o.command}")
