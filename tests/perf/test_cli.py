@@ -35,6 +35,19 @@ def test_batches_and_text(capsys):
 def test_bad_flags_exit_2(capsys):
     assert main(["perf", "Qwen/Qwen3-32B", "--gpu", "h100-sxm", "--tp", "3"]) == 2
     assert main(["perf", "Qwen/Qwen3-32B", "--gpu", "h100-sxm", "--accept-length", "2"]) == 2
-    assert main(["perf", "Qwen/Qwen3-32B", "--gpu", "h100-sxm", "--speculative-algorithm", "EAGLE3"]) == 2
+    assert main(["perf", "Qwen/Qwen3-32B", "--gpu", "h100-sxm", "--speculative-algorithm", "MEDUSA"]) == 2
+    assert main(["perf", "Qwen/Qwen3-32B", "--gpu", "h100-sxm", "--tp", "4", "--ep", "3"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
+
+
+def test_assumed_accept_length_and_range(capsys):
+    assert main(["perf", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100-sxm", "--engine", "vllm",
+                 "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    s = d["speculative"]
+    assert s["accept_length_assumed"] and "vllm-project/vllm/pull/16035" not in s["accepted_tokens_source"]
+    assert "pull/24243" in s["accepted_tokens_source"]
+    lo, hi = d["decode_tokens_per_s_range"]
+    assert lo < d["decode_tokens_per_s"] < hi
+    assert d["engine"] == "vllm" and d["gpu_family"] == "nvidia-hbm"

@@ -299,3 +299,20 @@ def allreduce_count(num_layers: int, world_size: int) -> int:
     """Megatron-style TP: 2 per layer (after attention o_proj, after MLP/MoE) + 1 for the
     vocab-parallel embedding (shared/specs/perf.md §2.5). 0 without TP."""
     return 2 * num_layers + 1 if world_size > 1 else 0
+
+
+# All-reduces a model's attention adds per layer under TP, on top of the two of ``allreduce_count``: norms
+# over the full (TP-sharded) q/k width need the global sum of squares (fp32, one value per token and norm).
+# MiniMax-M2 (``use_qk_norm``, ``qk_norm_type: per_layer``): SGLang fuses q and k into one all-reduce
+# (``MiniMaxM2RMSNormTP.forward_qk``, sglang 0.5.10 ``srt/models/minimax_m2.py``); vLLM runs one per norm
+# (``q_norm``/``k_norm`` = ``MiniMaxText01RMSNormTP``, vllm 0.12.0 ``models/minimax_m2.py``,
+# ``layers/mamba/linear_attn.py``). Payload: 4 bytes per token per norm.
+NORM_ALLREDUCES_PER_LAYER = {("minimax_m2", "sglang"): 1, ("minimax_m2", "vllm"): 2}
+NORM_ALLREDUCE_BYTES_PER_TOKEN = 4
+
+
+def norm_allreduce_count(model_type: str, num_layers: int, world_size: int, engine: str) -> int:
+    """The extra per-layer norm all-reduces of ``NORM_ALLREDUCES_PER_LAYER`` over the stack; 0 without TP."""
+    if world_size <= 1:
+        return 0
+    return NORM_ALLREDUCES_PER_LAYER.get((model_type, engine), 0) * num_layers

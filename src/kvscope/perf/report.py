@@ -6,7 +6,7 @@ Top-level decode figures are for the first ``batches`` entry; ``by_batch`` has a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping
 
 from ..errors import FlagError
@@ -14,11 +14,11 @@ from ..hardware.gpus import GPU
 from ..model.spec import ModelSpec
 from ..model.weights import weights_per_rank
 from .allreduce import CommunicatorChoice, Fabric, choose_communicator, fabric_for, PCIE_TOPOLOGIES
-from .decode import (BANDWIDTH_EFFICIENCY_SOURCE, DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_FIXED_OVERHEAD_S,
-                     FIXED_OVERHEAD_SOURCE, DecodeStep, Hardware, StepSettings, decode_step)
+from .decode import DecodeStep, Hardware, StepSettings, decode_step
+from .params import BANDWIDTH_EFFICIENCY, ENGINES, ModelParams, gpu_family, params_for
 from .prefill import DEFAULT_CHUNKED_PREFILL_SIZE, PrefillEstimate, prefill
-from .speculative import (SpeculativeEstimate, draft_traffic, eagle3_head, nextn_traffic, resolve_spec_config,
-                          speculative)
+from .speculative import (DraftTraffic, SpeculativeEstimate, draft_traffic, eagle3_head, nextn_traffic,
+                          resolve_spec_config, speculative)
 from .traffic import KVTraffic, WeightTraffic, kv_traffic, weight_traffic
 
 _FP8_GEMM = ("fp8", "modelopt-fp8")
@@ -48,6 +48,9 @@ class PerfOptions:
     draft_config: Mapping[str, Any] | None = field(default=None, compare=False)
     draft_name: str | None = None
     observed_tokens_per_s: float | None = None  # measured plain-decode tok/s (first batch) to back-solve
+    engine: str = "sglang"  # sglang | vllm: per-engine step cost (perf/params.py)
+    ep: int = 1  # expert-parallel ranks (SGLang --ep-size, vLLM --enable-expert-parallel -> ep = tp)
+    cuda_graph: bool = True  # False: --disable-cuda-graph / --enforce-eager
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,11 @@ class PerfReport:
     speculative: SpeculativeEstimate | None
     notes: tuple[str, ...]
     implied_allreduce_latency_us: float | None = None  # from observed_tokens_per_s, holding the rest
+    family: str = "nvidia-hbm"  # GPU family the parameters are taken from (perf/params.py)
+    params: ModelParams | None = None  # central parameter values used
+    decode_range: tuple[tuple[float, float], ...] = ()  # per batch: (slow, fast) aggregate tok/s
+    ttft_s: float = 0.0  # prefill of the context as one prompt, plus the fixed first-token cost
+    ttft_range_s: tuple[float, float] = (0.0, 0.0)  # (fast, slow)
 
     @property
     def primary(self) -> DecodeStep:
@@ -109,6 +117,13 @@ class PerfReport:
             "notes": list(self.notes),
             "observed_tokens_per_s": self.options.observed_tokens_per_s,
             "implied_allreduce_latency_us": self.implied_allreduce_latency_us,
+            "engine": self.options.engine,
+            "gpu_family": self.family,
+            "parameters": self.params.to_dict() if self.params else None,
+            "decode_tokens_per_s_range": list(self.decode_range[0]) if self.decode_range else None,
+            "by_batch_range": [list(r) for r in self.decode_range],
+            "ttft_s": self.ttft_s,
+            "ttft_s_range": list(self.ttft_range_s),
         }
         return out
 
@@ -119,7 +134,7 @@ def hardware_for(gpu: GPU, spec: ModelSpec) -> Hardware:
     use_fp8 = spec.quant.method in _FP8_GEMM or (spec.quant.method == "compressed-tensors" and spec.quant.weight_bits == 8)
     tflops, dt = (gpu.fp8_tflops, "fp8") if use_fp8 and gpu.fp8_tflops else (gpu.bf16_tflops, "bf16")
     return Hardware(gpu_key=gpu.key, mem_bandwidth_gbps=gpu.mem_bandwidth_gbps, tflops=tflops, tflops_dtype=dt,
-                    source=f"GPU catalog ({gpu.key}): {gpu.source}")
+                    source=f"GPU catalog ({gpu.key}): {gpu.source}", sm=gpu.sm)
 
 
 def _check(options: PerfOptions, spec: ModelSpec) -> None:
@@ -143,6 +158,11 @@ def _check(options: PerfOptions, spec: ModelSpec) -> None:
         if v is not None and v < 0:
             flag = "--" + name.replace("_", "-")
             raise FlagError(f"{flag} must be >= 0", field=flag, fix="a measured latency in microseconds")
+    if options.engine not in ENGINES:
+        raise FlagError(f"unknown --engine {options.engine!r}", field="--engine", fix=" or ".join(ENGINES))
+    if options.ep < 1 or (options.ep > 1 and options.tp % options.ep):
+        raise FlagError(f"--ep {options.ep} must be >= 1 and divide --tp {options.tp}", field="--ep",
+                        fix="e.g. --ep equal to --tp")
     if spec.num_attention_heads % options.tp:
         raise FlagError(f"--tp {options.tp} does not divide num_attention_heads={spec.num_attention_heads}",
                         field="--tp", fix="use a TP size that divides the attention heads")
@@ -159,20 +179,7 @@ def build_perf(spec: ModelSpec, gpu: GPU, options: PerfOptions) -> PerfReport:
                      "(pass --pcie-topology switch|cross-socket)")
     comm = choose_communicator(gpu, fabric, options.allreduce)
     notes.extend(comm.notes)
-    eff = options.bandwidth_efficiency
-    settings = StepSettings(
-        bandwidth_efficiency=eff if eff is not None else DEFAULT_BANDWIDTH_EFFICIENCY,
-        bandwidth_efficiency_source=("given (--bandwidth-efficiency, measured)" if eff is not None
-                                     else BANDWIDTH_EFFICIENCY_SOURCE),
-        fixed_overhead_s=(options.fixed_overhead_ms * 1e-3 if options.fixed_overhead_ms is not None
-                          else DEFAULT_FIXED_OVERHEAD_S),
-        fixed_overhead_source=("given (--fixed-overhead-ms)" if options.fixed_overhead_ms is not None
-                               else FIXED_OVERHEAD_SOURCE),
-        communicator=comm.used if comm.used != "none" else "nccl",
-        allreduce_latency_us=options.allreduce_latency_us,
-        **({"flops_efficiency": options.flops_efficiency, "flops_efficiency_source": "given (--flops-efficiency)"}
-           if options.flops_efficiency is not None else {}),
-    )
+    settings = step_settings(gpu, options, comm.used if comm.used != "none" else "nccl")
     w = weight_traffic(spec, tp)
     kv = kv_traffic(spec, options.context_tokens, tp, options.kv_cache_dtype)
     if kv.note:
@@ -184,29 +191,84 @@ def build_perf(spec: ModelSpec, gpu: GPU, options: PerfOptions) -> PerfReport:
     if spec.moe and w.num_experts:
         notes.append("routed experts: expected distinct experts E(1-(1-k/E)^B) assume independent routing [E]")
     steps = tuple(decode_step(spec, w, kv, hw, fabric, settings, batch=b) for b in options.batches)
-    pre = prefill(spec, w, kv.full_layer_bytes_per_token + kv.sliding_layer_bytes_per_token, hw, fabric, settings,
-                  prompt_tokens=max(1, options.context_tokens), chunk_tokens=options.chunked_prefill_size)
+    kv_tok = kv.full_layer_bytes_per_token + kv.sliding_layer_bytes_per_token
+    pre = prefill(spec, w, kv_tok, hw, fabric, settings, prompt_tokens=max(1, options.context_tokens),
+                  chunk_tokens=options.chunked_prefill_size)
+    rng = {b: replace(settings, params=params_for(gpu_family(gpu), options.engine, b, cuda_graph=options.cuda_graph,
+                                                  overrides=_overrides(options)))
+           for b in ("lo", "hi")}
+    decode_range = tuple(
+        (decode_step(spec, w, kv, hw, fabric, rng["hi"], batch=b).decode_tokens_per_s,
+         decode_step(spec, w, kv, hw, fabric, rng["lo"], batch=b).decode_tokens_per_s) for b in options.batches)
+    ttft_range = tuple(prefill(spec, w, kv_tok, hw, fabric, rng[b], prompt_tokens=max(1, options.context_tokens),
+                               chunk_tokens=options.chunked_prefill_size).prefill_time_s for b in ("lo", "hi"))
     spec_est = None
     if options.speculative_algorithm:
-        cfg = resolve_spec_config(options.speculative_algorithm, options.speculative_num_steps,
-                                  options.speculative_eagle_topk, options.speculative_num_draft_tokens)
-        if cfg.algorithm == "NEXTN":
-            if spec.num_nextn_predict_layers == 0:
-                raise FlagError(f"{spec.name} has no MTP layers (num_nextn_predict_layers = 0)",
-                                field="--speculative-algorithm", fix="use EAGLE3 with a draft model")
-            draft = nextn_traffic(w, spec, tp, kv)
-        else:
-            draft = draft_traffic(eagle3_head(spec, options.draft_config, options.draft_name), tp)
-        if cfg.eagle_topk > 1 and options.accept_length is None:
-            notes.append("tree drafts (topk > 1): the accept-rate formula assumes a chain; pass --accept-length")
-        spec_est = speculative(spec, w, kv, hw, fabric, settings, cfg, draft, steps[0], batch=steps[0].batch,
-                               accept_length=options.accept_length, accept_rate=options.accept_rate,
-                               verify_allreduce_latency_us=options.verify_allreduce_latency_us,
-                               spec_overhead_s=options.spec_overhead_ms * 1e-3)
+        spec_est = _speculative(spec, gpu, options, w, kv, hw, fabric, settings, steps[0], notes)
     return PerfReport(model=spec.name, gpu=gpu, options=options, hardware=hw, fabric=fabric, communicator=comm,
                       settings=settings, weights=w, kv=kv, weights_per_gpu_bytes=resident, decode=steps,
                       prefill=pre, speculative=spec_est, notes=tuple(notes),
-                      implied_allreduce_latency_us=implied_allreduce_latency_us(steps[0], options.observed_tokens_per_s))
+                      implied_allreduce_latency_us=implied_allreduce_latency_us(steps[0], options.observed_tokens_per_s),
+                      family=gpu_family(gpu), params=settings.params, decode_range=decode_range,
+                      ttft_s=pre.prefill_time_s, ttft_range_s=ttft_range)
+
+
+def _overrides(options: PerfOptions) -> dict:
+    """Measured values given on the command line replace the parameters they name."""
+    o = {}
+    if options.bandwidth_efficiency is not None:
+        o["bandwidth_efficiency"] = options.bandwidth_efficiency
+    if options.flops_efficiency is not None:
+        o["flops_efficiency"] = options.flops_efficiency
+    if options.fixed_overhead_ms is not None:
+        o["step_fixed_ms"] = options.fixed_overhead_ms
+    return o
+
+
+def step_settings(gpu: GPU, options: PerfOptions, communicator: str) -> StepSettings:
+    """The mechanism-model settings for this GPU family and engine (perf/params.py), measured overrides applied."""
+    fam = gpu_family(gpu)
+    p = params_for(fam, options.engine, cuda_graph=options.cuda_graph, overrides=_overrides(options))
+    eff = options.bandwidth_efficiency
+    return StepSettings(
+        bandwidth_efficiency=p.bandwidth_efficiency,
+        bandwidth_efficiency_source=("given (--bandwidth-efficiency, measured)" if eff is not None
+                                     else BANDWIDTH_EFFICIENCY[fam].source),
+        flops_efficiency=p.flops_efficiency,
+        flops_efficiency_source=("given (--flops-efficiency)" if options.flops_efficiency is not None
+                                 else f"perf/params.py flops_efficiency[{fam}]"),
+        fixed_overhead_s=0.0,  # the mechanism model adds params.step_fixed_ms (overridden by --fixed-overhead-ms)
+        fixed_overhead_source=("given (--fixed-overhead-ms)" if options.fixed_overhead_ms is not None
+                               else f"perf/params.py step_fixed_ms[{options.engine}]"),
+        communicator=communicator, allreduce_latency_us=options.allreduce_latency_us, params=p, ep=options.ep,
+        engine=options.engine)
+
+
+def _speculative(spec: ModelSpec, gpu: GPU, options: PerfOptions, w: WeightTraffic, kv: KVTraffic, hw: Hardware,
+                 fabric: Fabric, settings: StepSettings, base: DecodeStep, notes: list) -> SpeculativeEstimate:
+    cfg = resolve_spec_config(options.speculative_algorithm, options.speculative_num_steps,
+                              options.speculative_eagle_topk, options.speculative_num_draft_tokens)
+    if cfg.algorithm == "NEXTN":
+        if spec.num_nextn_predict_layers == 0:
+            raise FlagError(f"{spec.name} has no MTP layers (num_nextn_predict_layers = 0)",
+                            field="--speculative-algorithm", fix="use EAGLE3 with a draft model")
+        draft = nextn_traffic(w, spec, options.tp, kv)
+    elif cfg.algorithm == "NGRAM":
+        draft = DraftTraffic(layer_bytes=0, fc_bytes=0, kv_bytes_per_token=0, num_allreduces=0,
+                             hidden_size=spec.hidden_size)
+    else:
+        draft = draft_traffic(eagle3_head(spec, options.draft_config, options.draft_name), options.tp)
+    if cfg.eagle_topk > 1 and options.accept_length is None:
+        notes.append("tree drafts (topk > 1): the accept-rate formula assumes a chain; pass --accept-length")
+    est = speculative(spec, w, kv, hw, fabric, settings, cfg, draft, base, batch=base.batch,
+                      accept_length=options.accept_length, accept_rate=options.accept_rate,
+                      verify_allreduce_latency_us=options.verify_allreduce_latency_us,
+                      spec_overhead_s=options.spec_overhead_ms * 1e-3)
+    if est.accept_length_assumed:
+        notes.append(f"speculative: accept length assumed ({est.accepted_tokens_per_step:.2f}, range "
+                     f"{est.accept_length_range[0]:.2f}-{est.accept_length_range[1]:.2f}); break-even "
+                     f"{est.break_even_accept_length:.2f}")
+    return est
 
 
 def implied_allreduce_latency_us(step: DecodeStep, observed_tokens_per_s: float | None) -> float | None:

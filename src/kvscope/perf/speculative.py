@@ -15,11 +15,13 @@ from typing import Any, Mapping
 
 from ..errors import FlagError
 from ..model.spec import ModelSpec
+from .accept import chain_accept_length, default_accept_length
 from .allreduce import Fabric, allreduce
 from .decode import DecodeStep, Hardware, StepSettings, decode_step
 from .traffic import KVTraffic, WeightTraffic
 
-ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "NGRAM")
+ALIASES = {"MTP": "NEXTN", "EAGLE-3": "EAGLE3", "N-GRAM": "NGRAM", "NGRAM": "NGRAM"}
 # EAGLE-3 drafts trained with SpecForge use a 32,000-token draft vocabulary (configs in the catalog:
 # sgl-project--SpecForge-*-eagle3 ``draft_vocab_size``).
 DEFAULT_DRAFT_VOCAB = 32000
@@ -41,7 +43,7 @@ class SpecConfig:
 
 def resolve_spec_config(algorithm: str, num_steps: int | None, eagle_topk: int | None,
                         num_draft_tokens: int | None) -> SpecConfig:
-    algo = algorithm.upper().replace("-", "")
+    algo = ALIASES.get(algorithm.upper(), algorithm.upper().replace("-", ""))
     if algo not in ALGORITHMS:
         raise FlagError(f"unknown speculative algorithm {algorithm!r}", field="--speculative-algorithm",
                         fix=f"use one of {', '.join(ALGORITHMS)}")
@@ -67,9 +69,7 @@ def expected_accept_length(accept_rate: float, num_steps: int) -> float:
     if not 0.0 <= accept_rate <= 1.0:
         raise FlagError(f"--accept-rate must be within [0, 1], got {accept_rate}", field="--accept-rate",
                         fix="per-token acceptance probability, e.g. 0.6")
-    if accept_rate == 1.0:
-        return float(num_steps + 1)
-    return (1.0 - accept_rate ** (num_steps + 1)) / (1.0 - accept_rate)
+    return chain_accept_length(accept_rate, num_steps)
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,9 @@ class SpeculativeEstimate:
     counterfactual_tokens_per_s: float | None  # verify all-reduces at the baseline's per-all-reduce cost
     counterfactual_speedup: float | None
     verdict: str
+    accept_length_assumed: bool = False  # True: the typical published value for the draft kind (perf/accept.py)
+    accept_length_range: tuple[float, float] | None = None  # (low, high) when assumed
+    speedup_range: tuple[float, float] | None = None  # at the accept-length range, same costs
     estimated: bool = True
 
     def to_dict(self) -> dict:
@@ -184,10 +187,17 @@ def draft_time(d: DraftTraffic, hw: Hardware, fabric: Fabric, settings: StepSett
     """(total, all-reduce part) of the draft forwards of one step: ``num_steps - 1`` draft forwards of
     ``batch * topk`` tokens plus one draft-extend over the ``k`` verified tokens that also runs ``fc``
     (sglang ``speculative/eagle_worker.py``: the extend yields the first draft step) [E]."""
-    bw = settings.bandwidth_efficiency * hw.mem_bandwidth_gbps * 1e9
+    p = settings.params
+    eff = p.bandwidth_efficiency if p is not None else settings.bandwidth_efficiency
+    bw = eff * hw.mem_bandwidth_gbps * 1e9
     kv = batch * context_tokens * d.kv_bytes_per_token
     plain = (d.layer_bytes + kv) / bw
     extend = (d.layer_bytes + d.fc_bytes + kv) / bw
+    if d.layer_bytes == 0:  # n-gram lookup: no draft model on the GPU
+        return 0.0, 0.0
+    if p is not None:  # a one-layer forward still has its kernel-latency floor
+        plain = max(plain, p.draft_forward_floor_us * 1e-6)
+        extend = max(extend, p.draft_forward_floor_us * 1e-6)
     ar_step = allreduce(fabric, d.hidden_size * batch * cfg.eagle_topk * 2, settings.communicator,
                         settings.allreduce_latency_us).latency_us * 1e-6 * d.num_allreduces
     ar_ext = allreduce(fabric, d.hidden_size * batch * cfg.num_draft_tokens * 2, settings.communicator,
@@ -202,6 +212,7 @@ def speculative(spec: ModelSpec, w: WeightTraffic, kv: KVTraffic, hw: Hardware, 
                 batch: int, accept_length: float | None = None, accept_rate: float | None = None,
                 verify_allreduce_latency_us: float | None = None, spec_overhead_s: float = 0.0
                 ) -> SpeculativeEstimate:
+    tau_range = None
     if accept_length is not None:
         if not 1.0 <= accept_length <= cfg.num_steps + 1:
             raise FlagError(f"--accept-length {accept_length} is outside [1, num_steps + 1 = {cfg.num_steps + 1}]",
@@ -211,8 +222,11 @@ def speculative(spec: ModelSpec, w: WeightTraffic, kv: KVTraffic, hw: Hardware, 
         tau = expected_accept_length(accept_rate, cfg.num_steps)
         tau_src = f"[E] (1 - a^(g+1)) / (1 - a) with a = {accept_rate}, g = {cfg.num_steps} (Leviathan et al. 2023)"
     else:
-        raise FlagError("speculative decoding needs --accept-length or --accept-rate", field="--accept-length",
-                        fix="e.g. --accept-length 2.3 (SGLang logs 'accept len'), or --accept-rate 0.6")
+        draft_k = cfg.num_steps if cfg.eagle_topk == 1 else cfg.num_draft_tokens - 1
+        tau, lo, hi, tau_src = default_accept_length(cfg.algorithm, draft_k)
+        tau_range = (lo, hi)
+    if spec_overhead_s == 0.0 and settings.params is not None:
+        spec_overhead_s = settings.params.spec_step_overhead_ms * 1e-3
     d_total, d_ar = draft_time(draft, hw, fabric, settings, batch=batch, context_tokens=kv.context_tokens, cfg=cfg)
     verify_settings = settings
     if verify_allreduce_latency_us is not None:
@@ -234,7 +248,10 @@ def speculative(spec: ModelSpec, w: WeightTraffic, kv: KVTraffic, hw: Hardware, 
         baseline_tokens_per_s=baseline.decode_tokens_per_s, speedup=speedup,
         break_even_accept_length=step / baseline.step_time_s,
         allreduce_share=(d_ar + verify.allreduce_time_s) / step,
-        counterfactual_tokens_per_s=cf_tok, counterfactual_speedup=cf_speedup, verdict="")
+        counterfactual_tokens_per_s=cf_tok, counterfactual_speedup=cf_speedup, verdict="",
+        accept_length_assumed=tau_range is not None, accept_length_range=tau_range,
+        speedup_range=(tuple(batch * t / step / baseline.decode_tokens_per_s for t in tau_range)
+                       if tau_range else None))
     return replace(est, verdict=verdict(est, baseline))
 
 
@@ -242,7 +259,8 @@ def verdict(s: SpeculativeEstimate, base: DecodeStep) -> str:
     cfg = s.config
     v = s.verify
     word = "faster" if s.speedup >= 1.0 else "slower"
-    text = (f"{cfg.algorithm} is {s.speedup:.2f}x ({word}): {s.accepted_tokens_per_step:.2f} tokens per step "
+    assumed = " (assumed accept length)" if s.accept_length_assumed else ""
+    text = (f"{cfg.algorithm} is {s.speedup:.2f}x ({word}){assumed}: {s.accepted_tokens_per_step:.2f} tokens per step "
             f"cost {s.step_time_s * 1e3:.1f} ms, against {base.step_time_s * 1e3:.1f} ms per token without "
             f"speculation, so it breaks even at an accept length of {s.break_even_accept_length:.2f}.")
     if v.allreduce_count:

@@ -8,6 +8,7 @@ part of a text decode step. Sharding follows ``model.weights`` (SGLang/vLLM laye
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from ..model.spec import FULL, LINEAR, MAMBA, SLIDING, ModelSpec
@@ -45,6 +46,7 @@ class WeightTraffic:
     dense_numel: int  # parameters of this rank used by every token (attention, dense MLP, shared, lm_head)
     expert_numel_per_expert: int  # one routed expert of one MoE layer, this rank's shard
     all_expert_bytes: int  # every routed expert this rank holds
+    tp_shards: int = 1  # ranks one routed expert is split over (the TP size)
     estimated: bool = True
     source: str = "model.weights tensor groups (parameter shapes x quantization), sharded per rank"
 
@@ -81,7 +83,7 @@ def weight_traffic(spec: ModelSpec, tp: int, attn_tp: int | None = None) -> Weig
                          num_experts=moe.num_experts if moe and n_moe else 0,
                          num_experts_per_tok=moe.num_experts_per_tok if moe and n_moe else 0,
                          dense_numel=dense_numel, expert_numel_per_expert=per_expert_numel,
-                         all_expert_bytes=by["experts"])
+                         all_expert_bytes=by["experts"], tp_shards=tp)
 
 
 def expected_distinct_experts(num_experts: int, top_k: int, num_tokens: int) -> float:
@@ -97,6 +99,27 @@ def expert_read_bytes(w: WeightTraffic, num_tokens: int) -> int:
     """Routed-expert bytes this rank reads in one forward of ``num_tokens`` tokens (TP-sharded experts)."""
     e = expected_distinct_experts(w.num_experts, w.num_experts_per_tok, num_tokens)
     return int(round(w.num_moe_layers * e * w.expert_bytes_per_expert))
+
+
+def expert_read_bytes_ep(w: WeightTraffic, num_tokens: int, ep: int = 1) -> int:
+    """Routed-expert bytes the slowest rank reads in one forward.
+
+    ``ep == 1``: experts TP-sharded, every rank reads its shard of each distinct expert (above).
+    ``ep > 1``: each rank holds ``E/ep`` whole experts (SGLang ``--ep-size``, vLLM
+    ``--enable-expert-parallel``; shards of the ``tp/ep`` remaining TP ways stay TP-split); a rank's count
+    of touched experts is ~Binomial(E/ep, q) with ``q = 1-(1-k/E)^T``, and the step waits for the busiest
+    rank: mean + sqrt(2 ln ep * var) [E: normal approximation of the maximum of ``ep`` draws; independent
+    routing] (shared/specs/perf.md §3.1: at B=1 with 8 of 384 experts over 8 ranks the max is 2-3)."""
+    if ep <= 1 or w.num_experts <= 0 or num_tokens <= 0:
+        return expert_read_bytes(w, num_tokens)
+    e, k = w.num_experts, w.num_experts_per_tok
+    q = 1.0 - (1.0 - k / e) ** num_tokens
+    n = e / ep
+    mean, var = n * q, n * q * (1.0 - q)
+    busiest = min(n, mean + math.sqrt(2.0 * math.log(ep) * var))
+    whole_expert = w.expert_bytes_per_expert * w.tp_shards  # undo the TP split of one expert
+    per_rank_expert = whole_expert * ep / max(1, w.tp_shards)  # tp/ep TP ways remain inside an EP group
+    return int(round(w.num_moe_layers * busiest * per_rank_expert))
 
 
 # --- KV cache ----------------------------------------------------------------------------------
@@ -175,12 +198,15 @@ def kv_traffic(spec: ModelSpec, context_tokens: int, attn_tp: int, kv_cache_dtyp
                      dtype_bytes=e, note="; ".join(notes))
 
 
-def attention_flops_per_token(spec: ModelSpec, context_tokens: int, attn_tp: int) -> int:
+def attention_flops_per_token(spec: ModelSpec, context_tokens: int, attn_tp: int, absorbed: bool = True) -> int:
     """Score + value FLOPs of one query token against ``context_tokens`` on one rank [E]:
-    MHA/GQA ``4 * ctx * heads * head_dim`` per layer; MLA (absorbed, decode) ``2 * ctx * heads *
-    (kv_lora + rope) + 2 * ctx * heads * kv_lora``."""
+    MHA/GQA ``4 * ctx * heads * head_dim`` per layer. MLA decode runs absorbed (queries projected into the
+    512-d latent: ``2 * ctx * heads * (kv_lora + rope) + 2 * ctx * heads * kv_lora``); MLA prefill runs as
+    plain MHA over the up-projected K/V (``absorbed=False``: ``2 * ctx * heads * (nope + rope) + 2 * ctx *
+    heads * v``), 3.4x fewer FLOPs per context token for DeepSeek/Kimi shapes (sglang/vllm MLA backends:
+    absorbed ``forward_absorb`` for decode, ``forward_normal`` / MHA for prefill)."""
     heads = max(1, spec.num_attention_heads // attn_tp)
-    if spec.is_mla:
+    if spec.is_mla and absorbed:
         per_ctx = 2 * heads * spec.mla_kv_dim + 2 * heads * (spec.kv_lora_rank or 0)
     else:
         per_ctx = 2 * heads * spec.head_dim + 2 * heads * spec.v_head_dim
@@ -188,3 +214,14 @@ def attention_flops_per_token(spec: ModelSpec, context_tokens: int, attn_tp: int
     ctx_full = min(context_tokens, spec.index_topk) if spec.index_topk else context_tokens
     return (spec.layer_types.count(FULL) * per_ctx * ctx_full
             + spec.layer_types.count(SLIDING) * per_ctx * min(context_tokens, window))
+
+
+def mla_prefix_expansion_flops(spec: ModelSpec, prefix_tokens: int, attn_tp: int) -> int:
+    """Non-absorbed MLA prefill re-expands the cached latent of the prefix (``kv_b_proj``: kv_lora ->
+    heads x (nope + v)) for every chunk: ``2 * kv_lora * heads * (nope + v)`` per prefix token per layer [E]."""
+    if not spec.is_mla or prefix_tokens <= 0:
+        return 0
+    heads = max(1, spec.num_attention_heads // attn_tp)
+    nope = spec.head_dim - (spec.qk_rope_head_dim or 0)
+    per_tok = 2 * (spec.kv_lora_rank or 0) * heads * (nope + spec.v_head_dim)
+    return spec.layer_types.count(FULL) * per_tok * prefix_tokens

@@ -19,6 +19,7 @@ def render_perf(r: PerfReport) -> str:
         f"  memory bandwidth  {hw.mem_bandwidth_gbps:,.0f} GB/s   tensor {hw.tflops:,.1f} TFLOPS {hw.tflops_dtype}   "
         f"link {link}",
         f"  source            {hw.source}",
+        f"  GPU family        {r.family} ({r.options.engine}); parameters in kvscope/perf/params.py",
         f"  bandwidth used    {s.bandwidth_efficiency:.0%} of peak",
         f"                    {s.bandwidth_efficiency_source}",
         f"  all-reduce        {r.communicator.used}" + (
@@ -26,8 +27,9 @@ def render_perf(r: PerfReport) -> str:
             else f" (requested {r.communicator.requested})"),
         "",
     ]
-    for d in r.decode:
+    for i, d in enumerate(r.decode):
         ar = d.allreduce
+        rng = r.decode_range[i] if i < len(r.decode_range) else None
         lines += [
             f"Decode step  batch {d.batch}, context {d.context_tokens:,} tokens",
             f"  weights read / GPU   {_gb(d.weight_bytes_per_gpu_per_step)}  (attention {_gb(d.attn_weight_bytes)}, "
@@ -39,9 +41,12 @@ def render_perf(r: PerfReport) -> str:
                 f"   (compute {d.compute_time_s * 1e3:.2f} ms: compute-bound)" if d.bound == "compute" else ""),
             f"  all-reduces          {d.allreduce_time_s * 1e3:7.2f} ms  = {d.allreduce_count} x {ar.latency_us:.1f} us "
             f"({ar.payload_bytes:,} B, {ar.communicator} {ar.algorithm})",
-            f"  fixed overhead       {d.fixed_overhead_s * 1e3:7.2f} ms",
+            f"  fixed overhead       {d.fixed_overhead_s * 1e3:7.2f} ms" + (
+                f"   (kernel floor {d.floor_time_s * 1e3:.2f} ms{': binding' if d.bound == 'kernel floor' else ''})"
+                if d.floor_time_s else ""),
             f"  step                 {d.step_time_s * 1e3:7.2f} ms  -> {d.per_stream_tokens_per_s:.1f} tok/s per stream, "
-            f"{d.decode_tokens_per_s:,.1f} tok/s aggregate",
+            f"{d.decode_tokens_per_s:,.1f} tok/s aggregate"
+            + (f" (range {rng[0]:,.1f}-{rng[1]:,.1f})" if rng else ""),
             "",
         ]
     p = r.prefill
@@ -49,7 +54,8 @@ def render_perf(r: PerfReport) -> str:
         f"Prefill  {p.prompt_tokens:,}-token prompt in {p.num_chunks} chunk(s) of {p.chunk_tokens:,}",
         f"  compute {p.compute_time_s * 1e3:.1f} ms, weights/KV {p.memory_time_s * 1e3:.1f} ms, all-reduce "
         f"{p.allreduce_time_s * 1e3:.1f} ms ({p.allreduce_bus_bytes_per_token / 1e6:.2f} MB bus traffic/token)",
-        f"  -> {p.prefill_tokens_per_s:,.0f} tok/s ({p.bound}-bound)",
+        f"  -> {p.prefill_tokens_per_s:,.0f} tok/s ({p.bound}-bound); time to first token {r.ttft_s * 1e3:,.0f} ms "
+        f"(range {r.ttft_range_s[0] * 1e3:,.0f}-{r.ttft_range_s[1] * 1e3:,.0f})",
         "",
     ]
     sp = r.speculative
@@ -59,7 +65,10 @@ def render_perf(r: PerfReport) -> str:
         lines += [
             f"Speculative decoding  {c.algorithm}: {c.num_steps} draft steps, topk {c.eagle_topk}, "
             f"{c.num_draft_tokens} draft tokens verified",
-            f"  accepted tokens/step {sp.accepted_tokens_per_step:.2f}  ({sp.accepted_tokens_source})",
+            f"  accepted tokens/step {sp.accepted_tokens_per_step:.2f}  ({sp.accepted_tokens_source})"
+            + (f"\n  assumed range        {sp.accept_length_range[0]:.2f}-{sp.accept_length_range[1]:.2f} tokens/step "
+               f"-> {sp.speedup_range[0]:.2f}x-{sp.speedup_range[1]:.2f}x" if sp.accept_length_assumed else ""),
+            f"  break-even           {sp.break_even_accept_length:.2f} accepted tokens/step",
             f"  draft                {sp.draft_time_s * 1e3:7.2f} ms  ({sp.draft_forwards} forwards, all-reduce "
             f"{sp.draft_allreduce_time_s * 1e3:.2f} ms)",
             f"  verify weights+KV    {v.memory_time_s * 1e3:7.2f} ms  ({_gb(v.bytes_per_gpu_per_step)}"
