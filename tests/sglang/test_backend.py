@@ -97,7 +97,7 @@ def test_fix_is_given_in_flag_units_under_aiter():
     m = Measured(pre_load_free_bytes=(190 * GIB,), post_load_free_bytes=(60 * GIB,))
     bad = plan_sglang(s, gpu, SGLangArgs(mem_fraction_static=0.7), "0.5.9", measured=m)
     assert not bad.starts
-    flag = next(f.value for f in bad.fix if f.flag == "--mem-fraction-static")
+    flag = next(f.value for f in bad.fix if f.flag == "--mem-fraction-static" and f.why.startswith("floor:"))
     assert flag == bad.extra.min_mem_fraction_static or abs(flag - bad.extra.min_mem_fraction_static) < 1e-3
     ok = plan_sglang(s, gpu, SGLangArgs(mem_fraction_static=flag), "0.5.9", measured=m)
     low = plan_sglang(s, gpu, SGLangArgs(mem_fraction_static=round(flag - 0.001, 3)), "0.5.9", measured=m)

@@ -18,7 +18,7 @@ def run(args):
 def test_readme_origin_command():
     r = run(["plan", "moonshotai/Kimi-K2.5", "--gpu", "rtx-pro-6000", "--tp", "8", "--mem-fraction-static", "0.55",
              "--pre-load-free-gib", "94", "--post-load-free-gib", "21.7"])
-    assert r.returncode == 0
+    assert r.returncode == 1  # a predicted failure (docs/exit-status.md); the report is still printed in full
     assert "Raise --mem-fraction-static above 0.770" in r.stdout
     assert "70,272 B/token" in r.stdout and "14,363 tokens" in r.stdout
 

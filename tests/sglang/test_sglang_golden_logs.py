@@ -109,7 +109,24 @@ def test_origin_case_cannot_start_current():
     assert t.extra.engine_min_mem_fraction_static == pytest.approx(0.7691, abs=1e-4)
     # with the 100 MB VLM reservation (>=0.5.18) the true minimum is 0.7702: SGLang's hint 0.770 still fails
     assert t.extra.min_mem_fraction_static == pytest.approx(0.7702, abs=1e-4)
-    assert t.fix[0].flag == "--mem-fraction-static" and t.fix[0].value == 0.771
+    # issue #18: one full 262,144-token request needs 0.953 (0.7702 + 262,144 x 70,272 B / 94 GiB), but there the
+    # ~2.50 GiB of CUDA graphs (est.) no longer fit after the KV cache: start-up fails again from 0.9528 up. The
+    # fix gives the largest value that starts, what it holds and the alternatives; then the floor (one page).
+    edge, floor = [f for f in t.fix if f.flag == "--mem-fraction-static"]
+    at = {v: _tokens("moonshotai/Kimi-K2.5", "rtx-pro-6000", "0.5.23", v, 94, 21.7, 8)
+          for v in (0.952, 0.9527, 0.9528, 0.953)}
+    assert not at[0.953].starts and at[0.953].error.startswith("Exception: Capture cuda graph failed")
+    assert at[0.9527].starts and not at[0.9528].starts and at[0.952].starts
+    assert edge.value == 0.952 and at[0.952].kv_cache_tokens == 261136 < 262144
+    assert edge.why.startswith("largest that starts: 261,136 KV tokens = 0 full 262,144-token request(s); with the "
+                               "other flags as given, no --mem-fraction-static both starts and holds one full "
+                               "262,144-token request")
+    # the default --max-running-requests (2048 here) sizes a 2 GiB req_to_token pool; one slot leaves the graphs room
+    assert "--max-running-requests 1 with --mem-fraction-static 0.953 starts and holds 262,573 tokens" in edge.why
+    assert "--context-length 261136 with it fits one full request" in edge.why
+    assert "--kv-cache-dtype fp8_e4m3 with it holds 522,273 tokens" in edge.why
+    assert floor.why.startswith("floor: the least that starts") and floor.value == 0.771
+    assert not any(f.flag == "--kv-cache-dtype" for f in t.fix)  # fp8 alone does not start at 0.55
     assert not _tokens("moonshotai/Kimi-K2.5", "rtx-pro-6000", "0.5.23", 0.770, 94, 21.7, 8).starts
     assert _tokens("moonshotai/Kimi-K2.5", "rtx-pro-6000", "0.5.23", 0.771, 94, 21.7, 8).starts
 

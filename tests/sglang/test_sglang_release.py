@@ -38,8 +38,14 @@ BOUNDARIES = {
     "deepep_reserve": ("0.5.15",),
     "speculative_reserve_4gib": ("0.5.10",),
     "draft_in_budget": ("0.5.14",),
+    "llama4_vision_opt_in": ("0.4.10",),
     "llama4_backend_override": ("0.5.3",),
+    "dsa_dp_attention_forced": ("0.5.3", "0.5.6"),
+    "dsa_indexer_in_profile": ("0.5.4",),
+    "dsa_mem_fraction_08": ("0.5.3", "0.5.4"),
     "dsa_forced_page": ("0.5.3",),
+    "dsa_kv_fp8_default": ("0.5.3",),
+    "dsa_kv_fp8_forced": ("0.5.5",),
     "hybrid_gdn_sm100_backend": ("0.5.13",),
     "deepseek_v3_sm100_trtllm_mla": ("0.5.4",),
     "rocm_mla_aiter": ("0.4.7",),
@@ -106,6 +112,7 @@ BOUNDARIES = {
     "log_summary_avail": ("0.5.0",),
     "log_unbalanced_min_per_gpu": ("0.5.10",),
     "log_unbalanced_pre_model_load": ("0.5.10",),
+    "disable_cuda_graph_all_phases": ("0.5.23",),
 }
 
 

@@ -97,7 +97,11 @@ def test_plan_equals_kv_cache_configs(model, flag_kw, version):
         assert t.extra.bytes_per_block == plans[0].bytes_per_block
         assert [(g.kind, g.num_layers, g.page_size_bytes) for g in t.extra.kv_cache_groups] == [
             (g.spec.kind, len(g.layer_ids), g.spec.page_size_bytes) for g in plans[0].groups]
-        res = kvc.kv_cache_configs(plans, [gib_to_bytes(gib)] * a.pp, _view(spec, a), a.traits,
+        # the printed figure is PP stage 0's; the other stages' budgets differ by the estimated stage
+        # difference (plan.stage_budgets_from_printed): the engine arithmetic runs on those budgets
+        budgets = [t.ranks[r * a.tp].decision.available_kv_cache_bytes for r in range(a.pp)]
+        assert budgets[0] == gib_to_bytes(gib)
+        res = kvc.kv_cache_configs(plans, budgets, _view(spec, a), a.traits,
                                    num_gpu_blocks_override=a.num_gpu_blocks_override,
                                    cache_block_size=kv.layout.block_size)
         assert t.extra.num_gpu_blocks == res.num_blocks

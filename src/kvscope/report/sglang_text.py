@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..timeline import Timeline
 from ..units import GiB
+from .sections import assemble, verdict_lines
 
 
 def _gb(n: int | float | None) -> str:
@@ -11,17 +12,16 @@ def _gb(n: int | float | None) -> str:
 
 
 def render_sglang(t: Timeline) -> str:
+    """The verdict first, then the sections of ``report/sections.py`` (the same names as vLLM's text)."""
     x = t.extra
-    lines = [
-        f"kvscope plan · SGLang {t.engine_version} · {t.model} · {t.gpu} · tp={x.tp} pp={x.pp}"
+    setup = [
+        f"  kvscope plan · SGLang {t.engine_version} · {t.model} · {t.gpu} · tp={x.tp} pp={x.pp}"
         + (f" dp={x.dp} (dp-attention)" if x.enable_dp_attention else ""),
         "  (SGLang labels GiB as \"GB\"; 'est.' = estimated, not measured)",
-        "",
     ]
-    lines += _rank_lines(t)
     d = t.ranks[0].decision
-    lines += [
-        "sizing decision (MIN over ranks):",
+    sizing = [
+        "  (MIN over ranks)",
         f"  pre_model_load_memory     {d.pre_model_load_gib:10.2f} GB"
         + ("  (est.)" if "pre_model_load_memory" in t.estimated else ""),
         f"  available after weights   {d.available_gpu_gib:10.2f} GB"
@@ -34,33 +34,40 @@ def render_sglang(t: Timeline) -> str:
         f"  slack pre x (1 - mfs)     {d.slack_gib:10.2f} GB",
     ]
     if d.mm_reservation_gib:
-        lines.append(f"  multimodal reservation    {d.mm_reservation_gib:10.2f} GB")
+        sizing.append(f"  multimodal reservation    {d.mm_reservation_gib:10.2f} GB")
     if d.mamba_state_gib:
-        lines.append(f"  mamba state pool          {d.mamba_state_gib:10.2f} GB  (max_mamba_cache_size={d.max_mamba_cache_size})")
-    lines += [
+        sizing.append(f"  mamba state pool          {d.mamba_state_gib:10.2f} GB  (max_mamba_cache_size={d.max_mamba_cache_size})")
+    sizing += [
         f"  rest_memory (KV budget)   {d.rest_memory_gib:10.2f} GB",
         f"  cell size                 {t.kv_cell_bytes:>10,} B/token  [{d.cell_formula}; {x.kv_cache_dtype}]",
+    ]
+    capacity = [
         f"  max_total_num_tokens      {t.kv_cache_tokens:>10,}    (page {x.page_size})"
         + (f", swa tokens {x.swa_tokens:,}" if x.swa_tokens else ""),
         f"  max_running_requests      {t.max_running_requests if t.max_running_requests is not None else '—':>10}",
         f"  req_to_token pool         {_gb(x.req_to_token_bytes)}",
         f"  KV cache allocated        {_gb(t.kv_cache_bytes)}",
         f"  each +0.01 of mfs buys    {x.tokens_per_0_01_mem_fraction:>10,} tokens",
-        "",
     ]
-    if t.starts:
-        lines.append(f"verdict: starts — {t.kv_cache_tokens:,} KV tokens per rank")
-    else:
-        lines.append("verdict: FAILS at KV sizing")
-        lines.append(f"  {t.error}")
     if x.min_mem_fraction_static is not None:
-        lines.append(f"  minimum viable --mem-fraction-static: {x.min_mem_fraction_static:.4f}"
-                     f" (engine's own formula 1 - available/pre = {x.engine_min_mem_fraction_static:.4f})")
-    for f in t.fix:
-        lines.append(f"fix: {f.flag} {f.value}   — {f.why}")
-    for w in t.warnings:
-        lines.append(f"note: {w}")
-    return "\n".join(lines)
+        capacity.append(f"  minimum viable --mem-fraction-static: {x.min_mem_fraction_static:.4f}"
+                        f" (engine's own formula 1 - available/pre = {x.engine_min_mem_fraction_static:.4f})")
+    notes = [f"  fix: {f.flag} {f.value}   — {f.why}" for f in t.fix] + [f"  note: {w}" for w in t.warnings]
+    return assemble(verdict_lines(t, _failed_at(t)), {"setup": setup, "memory per rank": _rank_lines(t),
+                                                      "sizing decision": sizing, "capacity": capacity,
+                                                      "fixes and notes": notes})
+
+
+_FAILED_AT = {"load_weights": "weight loading", "load_draft_weights": "draft weight loading",
+              "cuda_graph": "CUDA graph capture"}
+
+
+def _failed_at(t: Timeline) -> str:
+    """The phase the start dies in: the last phase shown when it ends below zero, else the KV sizing."""
+    last = t.ranks[0].phases[-1] if t.ranks and t.ranks[0].phases else None
+    if last is not None and last.free_bytes_after is not None and last.free_bytes_after < 0:
+        return _FAILED_AT.get(last.name, last.name)
+    return "KV sizing"
 
 
 def _rank_lines(t: Timeline) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..engines.vllm.decision import VllmDecision, VllmPlanExtra
 from ..timeline import Timeline
 from ..units import GiB
+from .sections import assemble, failed_at, verdict_lines
 
 __all__ = ["render_vllm"]
 
@@ -21,10 +22,12 @@ def render_vllm(t: Timeline) -> str:
     d: VllmDecision = t.ranks[0].decision
     est = set(t.estimated)
     mark = lambda name: " (estimated)" if name in est else ""  # noqa: E731
-    rows = [
+    setup = [
         ("vLLM", f"{t.engine_version}  model {t.model}  GPU {t.gpu}"),
         ("parallel", f"tp {x.tensor_parallel_size}  pp {x.pipeline_parallel_size}  "
                      f"dp {x.data_parallel_size} (per DP engine)"),
+    ]
+    memory = [
         ("requested memory", f"{_gib(d.requested_memory_bytes)}  (gpu_memory_utilization "
                              f"{x.gpu_memory_utilization} x total)"),
         ("initial free", _gib(d.initial_free_bytes) + mark("initial_free")),
@@ -34,6 +37,8 @@ def render_vllm(t: Timeline) -> str:
         ("non-torch increase", _gib(d.non_torch_bytes) + mark("non_torch")),
         ("CUDA graph estimate", _gib(d.cudagraph_estimate_bytes) + mark("cudagraph")
          + ("  (subtracted)" if d.cudagraph_applied_bytes else "  (not subtracted)")),
+    ]
+    sizing = [
         ("Available KV cache memory", _gib(x.available_kv_cache_bytes) + mark("available_kv_cache_bytes")),
         ("formula", str(d.formula)),
         ("block size", f"{x.block_size} tokens, {x.bytes_per_block} B per block, "
@@ -42,21 +47,17 @@ def render_vllm(t: Timeline) -> str:
                               f"{x.block_size_source})"),
     ]
     for i, g in enumerate(x.kv_cache_groups):
-        rows.append((f"  group {i}", f"{g.kind}: {g.num_layers} layers x {g.page_size_bytes} B page "
-                                     f"({g.block_size} tokens)"))
-    rows += [
+        sizing.append((f"  group {i}", f"{g.kind}: {g.num_layers} layers x {g.page_size_bytes} B page "
+                                       f"({g.block_size} tokens)"))
+    capacity = [
         ("num_gpu_blocks", f"{x.num_gpu_blocks:,}"),
         ("GPU KV cache size", f"{t.kv_cache_tokens:,} tokens" if t.kv_cache_tokens is not None else "-"),
         ("Maximum concurrency", f"{x.max_concurrency:.2f}x for {x.max_model_len:,} tokens per request"),
         ("max_num_seqs", str(t.max_running_requests)),
-        ("starts", "yes" if t.starts else "NO"),
     ]
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
-    if t.error:
-        lines.append(f"error: {t.error}")
-    for f in t.fix:
-        lines.append(f"fix: {f.flag} {f.value}  # {f.why}")
-    for w in t.warnings:
-        lines.append(f"warning: {w}")
-    return "\n".join(lines)
+    width = max(len(k) for k, _ in setup + memory + sizing + capacity)
+    table = lambda rows: [f"  {k.ljust(width)}  {v}" for k, v in rows]  # noqa: E731
+    notes = [f"  fix: {f.flag} {f.value}  # {f.why}" for f in t.fix] + [f"  warning: {w}" for w in t.warnings]
+    return assemble(verdict_lines(t, failed_at(t), "KV tokens (GPU KV cache size)"),
+                    {"setup": table(setup), "memory per rank": table(memory), "sizing decision": table(sizing),
+                     "capacity": table(capacity), "fixes and notes": notes})

@@ -72,6 +72,8 @@ class SGLangArgs:
 
 @dataclass(frozen=True)
 class ResolvedDefaults:
+    """The defaults SGLang resolves for the layout: chunk, decode max bs, the fraction and its source."""
+
     chunked_prefill_size: int
     cuda_graph_max_bs: int
     mem_fraction_static: float

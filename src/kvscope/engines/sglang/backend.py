@@ -48,6 +48,9 @@ from .release import SGLangRelease
 
 AITER_CONTEXT_THRESHOLD = 8192
 AITER_FRACTION_FACTOR = 0.85
+# v0.5.4.post1 moved the aiter factor into ServerArgs._handle_attention_backend_compatibility with x0.90
+# (server_args.py @ v0.5.4.post1 l.1196-1199); v0.5.4 (model_runner.py l.646-648) and v0.5.5+ (server_args.py) use x0.85
+AITER_FRACTION_FACTOR_BY_RELEASE = {"0.5.4.post1": 0.90}
 
 # utils/common.py::is_fa3_default_architecture @ v0.5.6 (dropped from the default rule in 0.5.9).
 FA3_DEFAULT_ARCHITECTURES = frozenset({
@@ -75,6 +78,8 @@ PAGE_CONSTRAINTS = {
 
 @dataclass(frozen=True)
 class AttentionBackend:
+    """The attention backend SGLang runs, the page size it forces and the aiter fraction factor."""
+
     name: str
     source: str  # "user" | "default" | "model override"
     page_size: int
@@ -177,5 +182,5 @@ def resolve_attention_backend(rel: SGLangRelease, spec: ModelSpec, gpu: GPU, a: 
             page, page_source = forced, f"{name} supports page_size {'/'.join(map(str, allowed))}"
     factor = None
     if name == "aiter" and context_len > AITER_CONTEXT_THRESHOLD and rel.aiter_fraction_factor:
-        factor = AITER_FRACTION_FACTOR
+        factor = AITER_FRACTION_FACTOR_BY_RELEASE.get(str(rel.version), AITER_FRACTION_FACTOR)
     return AttentionBackend(name, source, page, page_source, factor, reason)

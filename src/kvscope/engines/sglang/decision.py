@@ -79,5 +79,5 @@ class SGLangPlanExtra(Record):
     pp: int  # --pp
     dp: int  # --dp
     enable_dp_attention: bool  # --enable-dp-attention
-    weights_estimated: bool  # the weights phase is estimated (no --post-load-free-gib)
+    weights_estimated: bool  # the weights phase is estimated (no --post-load-free-gib, no safetensors headers)
     measured_inputs: bool  # free memory was given (--pre-load-free-gib / --post-load-free-gib)

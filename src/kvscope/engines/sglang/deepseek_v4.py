@@ -76,6 +76,8 @@ def ring_size(ratio: int, speculative: bool) -> int:
 
 @dataclass(frozen=True)
 class DSV4Inputs:
+    """The flags DSV4PoolConfigurator reads (per worker)."""
+
     page_size: int = PAGE_SIZE_CUDA
     max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS  # per worker (/ attn_dp)
     chunked_prefill_size: int = 8192
@@ -88,6 +90,8 @@ class DSV4Inputs:
 
 @dataclass(frozen=True)
 class DSV4Pools:
+    """DeepSeek-V4's token pools as its configurator sizes them."""
+
     full_tokens: int
     swa_tokens: int
     c4_tokens: int

@@ -198,6 +198,10 @@ def cell_size(spec: ModelSpec, rel: SGLangRelease, *, attn_tp: int, kv_bytes: in
     per, text = per_layer_bytes(spec, rel, attn_tp, kv_bytes, kv_flag)
     cell = engine_cell(spec, rel, attn_tp, kv_bytes, kv_flag, n_full + n_swa,
                        attention_backends=attention_backends, sm100=sm100)
+    if spec.is_mla and spec.has_dsa_indexer and not rel.dsa_indexer_in_profile:
+        # 0.5.3 divides by the MLA cell alone; the pool still allocates the indexer (model_runner.py @ v0.5.3)
+        cell -= dsa_indexer_bytes(spec, n_full + n_swa)
+        text += " (indexer not in the 0.5.3 profile)"
     draft = 0
     if draft_in_budget and draft_layers and (n_full + n_swa):
         draft = draft_cell_bytes(spec, rel, cell, n_full + n_swa, draft_layers)

@@ -76,6 +76,8 @@ def mamba_pp_stage_bytes(rel: SGLangRelease, per_req_bytes: int, state_layer_ids
 
 @dataclass(frozen=True)
 class MambaCarve:
+    """The mamba state pool carved from the budget, and the rest left for KV."""
+
     rest_gib: float  # rest memory left for KV after the state pool
     max_mamba_cache_size: int
     per_req_bytes: int

@@ -13,9 +13,12 @@ weights (>=0.5.14) → profile → KV pools (+ draft pool) → req_to_token pool
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
+
+from packaging.version import Version
 
 from ...errors import FlagError
 from ...hardware.gpus import GPU
@@ -25,7 +28,7 @@ from ...model.weights import pp_layer_range, weights_per_rank
 from ...timeline import (PHASE_CUDA_GRAPH, PHASE_INIT, PHASE_KV_ALLOC, PHASE_LOAD_DRAFT, PHASE_LOAD_WEIGHTS,
                          PHASE_PROFILE, PHASE_REQ_POOL, Fix, Phase, RankTimeline, Timeline)
 from ...units import GiB, MiB
-from . import deepseek_v4 as dsv4
+from ...validate import SGLANG_FLAG_RULES, check_flags
 from .args import SGLangArgs
 from .decision import SGLangDecision, SGLangPlanExtra
 from .kv_cache import CellSize, cell_size
@@ -34,7 +37,7 @@ from .memory import (Profile, available_gib, min_viable_fraction, mm_reservation
                      tokens_per_fraction_step)
 from .pools import (PoolFlags, SwaLayout, hybrid_swa_pools, kv_buffer_bytes, kv_buffers_reserved_bytes, request_pools,
                     swa_split)
-from .release import MambaCarveEra, SGLangRelease, SwaSplit, release
+from .release import MambaCarveEra, SGLangRelease, SwaSplit, check_modelled, release
 from .settle import Settled, derived_context_len, settle
 
 EAGLE_LIKE = ("EAGLE", "EAGLE3", "NEXTN", "MTP", "STANDALONE")
@@ -52,17 +55,29 @@ class Measured:
     post_load_free_bytes: tuple[int, ...] | None = None
 
 
-def _per_rank(values: Sequence[int] | None, world: int, name: str) -> tuple[int, ...] | None:
+def _per_rank(values: Sequence[int] | None, world: int, name: str, gpu: GPU | None = None,
+              above: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
+    """Measured free memory per rank: one value for all ranks or one per rank, each > 0, at most the
+    GPU's memory and (after the weights) at most the free memory before them."""
     if values is None:
         return None
     vals = tuple(int(x) for x in values)
     if len(vals) == 1:
-        return vals * world
+        vals = vals * world
     if len(vals) != world:
         raise FlagError(f"{len(vals)} values for {world} ranks", field=name,
                         fix=f"give one value (all ranks) or exactly {world} (one per rank)")
-    if any(x < 0 for x in vals):
-        raise FlagError("free memory cannot be negative", field=name, fix="pass GiB values >= 0")
+    if any(x <= 0 for x in vals):
+        raise FlagError(f"free memory must be > 0 GiB, got {min(vals) / GiB:g}", field=name,
+                        fix="pass the 'avail mem=X GB' figure of the log (X > 0)")
+    if gpu is not None and max(vals) > gpu.memory_bytes:
+        raise FlagError(f"{max(vals) / GiB:.2f} GiB free is more than the {gpu.key}'s {gpu.memory_bytes / GiB:.2f} GiB",
+                        field=name, fix="check the value, or give the GPU's size with --gpu-memory-mib")
+    if above is not None and any(v > a for v, a in zip(vals, above)):
+        r = next(i for i, (v, a) in enumerate(zip(vals, above)) if v > a)
+        raise FlagError(f"rank {r}: {vals[r] / GiB:.2f} GiB free after the weights is more than the "
+                        f"{above[r] / GiB:.2f} GiB free before them", field=name,
+                        fix="loading weights only lowers free memory: check --pre-load-free-gib / --post-load-free-gib")
     return vals
 
 
@@ -73,6 +88,7 @@ def validate(spec: ModelSpec, a: SGLangArgs) -> None:
     builds the args before it loads the draft spec and ``plan_sglang`` parses ``--engine-version``, and
     those errors win today (``--tp -1 --engine-version bogus`` reports the version); ``--page-size``
     is checked after the spec-dependent ones."""
+    check_flags("sglang", {f: getattr(a, f) for f in SGLANG_FLAG_RULES}, types_only=True)
     for name, val in (("--tp", a.tp_size), ("--pp", a.pp_size), ("--dp", a.dp_size)):
         if val < 1:
             raise FlagError(f"must be >= 1, got {val}", field=name, fix="pass a positive integer")
@@ -104,6 +120,7 @@ def validate(spec: ModelSpec, a: SGLangArgs) -> None:
                         fix="lower it, or set SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in SGLang")
     if a.page_size is not None and a.page_size < 1:
         raise FlagError("must be >= 1", field="--page-size", fix="e.g. 1, 16 or 64")
+    check_flags("sglang", {f: getattr(a, f) for f in SGLANG_FLAG_RULES})  # the rest: validate.SGLANG_FLAG_RULES
 
 
 def _draft_layers(spec: ModelSpec, a: SGLangArgs, draft: ModelSpec | None) -> int:
@@ -146,6 +163,11 @@ class Loaded:
     weights_exact: bool  # from safetensors headers
     draft_weights: int  # draft weights per rank (0: none)
     estimated: tuple[str, ...]
+    load_oom: str | None = None  # torch's out-of-memory error when the weights exceed the free memory
+
+    @property
+    def starts_loading(self) -> bool:
+        return self.load_oom is None
 
 
 @dataclass(frozen=True)
@@ -211,10 +233,13 @@ class Graphs:
     activation_bytes: int
     classic_draft_bytes: int  # <0.5.14: draft weights + KV paid from the slack
     headroom_bytes: int
+    free_before_bytes: int = 0  # free memory (smallest rank) when the capture starts
 
 
 @dataclass(frozen=True)
 class Verdict:
+    """The minimum viable fraction, tokens per step, the fixes and the notes."""
+
     min_fraction: float  # the effective fraction that leaves one page of KV
     tokens_per_step: int  # tokens per +0.01 of the fraction
     fixes: tuple[Fix, ...]
@@ -227,8 +252,10 @@ class Verdict:
 
 def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = None,
                 measured: Measured | None = None, draft: ModelSpec | None = None,
-                exact_weights_per_rank: int | None = None) -> Timeline:
-    """Simulate one SGLang start. ``exact_weights_per_rank``: from safetensors headers (pp=1)."""
+                exact_weights_per_rank: int | None = None, check_fixes: bool = True) -> Timeline:
+    """Simulate one SGLang start. ``exact_weights_per_rank``: from safetensors headers (pp=1).
+    ``check_fixes``: plan again with each fix applied and keep only values that start (advice.py)."""
+    check_modelled(version)
     rel = release(version)
     validate(spec, a)
     measured = measured or Measured()
@@ -238,16 +265,29 @@ def plan_sglang(spec: ModelSpec, gpu: GPU, a: SGLangArgs, version: str | None = 
     prof = profile_stages(spec, s, rel, loaded, cells)
     pools = pool_stage(spec, s, rel, cells, prof)
     graphs = graph_stage(spec, s, rel, prof, pools, loaded)
+    # the weights' out-of-memory comes first: the engine dies in load_model, before the profile (whose
+    # figures the decision record still shows)
+    error = (loaded.load_oom or pools.error or _memory_pool_error(gpu, s, graphs, pools)
+             or _graph_capture_error(gpu, rel, graphs, pools))
     verdict = verdict_stage(spec, gpu, s, rel, prof, cells, pools, graphs, loaded)
     ranks = rank_stage(s, rel, loaded, cells, prof, pools, graphs)
-    return Timeline(
+    sized = pools.starts and loaded.starts_loading
+    t = Timeline(
         source="plan", engine="sglang", engine_version=str(rel.version), model=spec.name, gpu=gpu.key,
-        starts=pools.starts, error=pools.error, kv_cache_tokens=pools.tokens if pools.starts else 0,
-        max_running_requests=pools.running if pools.starts else None, kv_cell_bytes=cells.worst.cell_bytes,
+        starts=error is None, error=error, kv_cache_tokens=pools.tokens if sized else 0,
+        max_running_requests=pools.running if sized else None, kv_cell_bytes=cells.worst.cell_bytes,
         kv_cache_bytes=pools.kv_alloc + pools.draft_kv, weights_bytes=max(loaded.stage_weights), ranks=ranks,
         fix=verdict.fixes, extra=plan_extra(s, loaded, prof, pools, verdict, measured),
         warnings=(*spec.assumed, *cells.warnings, *pools.warnings, *verdict.warnings),
         estimated=(*loaded.estimated, *cells.estimated))
+    if not check_fixes or not t.fix:
+        return t
+    from .advice import recheck  # every fix re-planned (issue 18)
+
+    current = s.mem_fraction_static / s.fraction_factor if t.starts else None
+    return dataclasses.replace(t, fix=recheck(t, a, s.context_len, current, lambda b: plan_sglang(
+        spec, gpu, b, version, measured, draft, exact_weights_per_rank, check_fixes=False),
+        measured=measured != Measured()))
 
 
 def weights(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, measured: Measured,
@@ -259,24 +299,41 @@ def weights(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, measured:
     car = custom_all_reduce_enabled(gpu, a.tp_size)
     ctx = cuda_context(gpu)
     comm = communicators(gpu, a.tp_size, car)
-    pre = _per_rank(measured.pre_load_free_bytes, world, "--pre-load-free-gib")
+    pre = _per_rank(measured.pre_load_free_bytes, world, "--pre-load-free-gib", gpu)
     if pre is None:
         pre = (gpu.cuda_total_bytes - ctx.estimate_bytes - comm.estimate_bytes,) * world
         estimated.append("pre_model_load_memory")
+    # Llama 4 loads no vision tower without --enable-multimodal from 0.4.10 (models/mllama4.py)
+    vision = not (rel.llama4_vision_opt_in and "Llama4ForConditionalGeneration" in spec.architectures)
     w = weights_per_rank(spec, tp=a.tp_size, pp=a.pp_size, attn_tp=a.attn_tp_size, engine="sglang",
-                         device="rocm" if gpu.vendor == "amd" else "cuda")
+                         device="rocm" if gpu.vendor == "amd" else "cuda", include_vision=vision)
     exact = exact_weights_per_rank is not None and a.pp_size == 1
     stage_weights = (exact_weights_per_rank,) if exact else w.per_stage_bytes
     draft_w = _draft_weights_bytes(spec, a, draft)
     budgeted = draft_w if rel.draft_in_budget else 0
-    post = _per_rank(measured.post_load_free_bytes, world, "--post-load-free-gib")
+    post = _per_rank(measured.post_load_free_bytes, world, "--post-load-free-gib", gpu,
+                     above=pre if measured.pre_load_free_bytes is not None else None)
     post_measured = post is not None
+    oom = None
     if post is None:
         post = tuple(pre[r] - stage_weights[r // a.tp_size] - budgeted for r in range(world))
-        estimated.append("weights")
+        if not exact:  # exact header bytes are not an estimate (pre_model_load_memory may be)
+            estimated.append("weights")
+        short = min(range(world), key=lambda r: post[r])
+        if post[short] < 0:
+            oom = _load_oom_error(gpu, short, pre[short], stage_weights[short // a.tp_size] + budgeted)
     return Loaded(gpu.cuda_total_bytes, ctx.estimate_bytes, comm.estimate_bytes, car, pre, post, post_measured,
                   tuple(stage_weights),
-                  exact, draft_w, tuple(estimated))
+                  exact, draft_w, tuple(estimated), oom)
+
+
+def _load_oom_error(gpu: GPU, rank: int, free: int, need: int) -> str:
+    """What the engine dies with when the weights do not fit: torch's caching allocator raises
+    ``torch.OutOfMemoryError`` inside ``ModelRunner.load_model`` (the tensor it was allocating is not
+    modelled, so the figures are the rank's totals)."""
+    device = "HIP" if gpu.vendor == "amd" else "CUDA"
+    return (f"torch.OutOfMemoryError: {device} out of memory while loading weights on rank {rank}: its weights "
+            f"need {need / GiB:.2f} GiB, {free / GiB:.2f} GiB is free before loading")
 
 
 def cell(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, draft: ModelSpec | None) -> Cells:
@@ -292,6 +349,8 @@ def cell(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, draft: Model
     for stage in range(a.pp_size):
         d = draft_layers if stage == a.pp_size - 1 else 0
         if spec.dsv4 is not None:  # DSV4PoolConfigurator's coefficient as a cell (deepseek_v4.py)
+            from . import deepseek_v4 as dsv4  # imported only for DeepSeek-V4 (import cost)
+
             stages.append(dsv4.cell_size(spec, speculative=bool(d)))
             continue
         lo, hi = pp_layer_range(spec.num_hidden_layers, stage, a.pp_size)
@@ -387,6 +446,8 @@ def _configured_tokens(spec: ModelSpec, s: Settled, rel: SGLangRelease, cells: C
                               llama4_chunk_ratio=spec.sliding_window / s.context_len if llama4 else None)
         sized, swa, error = sw.max_total_num_tokens, sw.swa_tokens, sw.error
     if error is None and spec.dsv4 is not None:
+        from . import deepseek_v4 as dsv4
+
         sized, swa, notes, v4 = dsv4.plan_tokens(spec, rest, a, s.defaults.chunked_prefill_size)
         return sized, swa, v4.error, tuple(notes)
     return sized, swa, error, ()
@@ -419,12 +480,51 @@ def graph_stage(spec: ModelSpec, s: Settled, rel: SGLangRelease, prof: Profiled,
     """CUDA graphs and activations (estimated) against the slack the profile leaves."""
     a, d = s.args, s.defaults
     slack_bytes = int(prof.first.slack_gib * GiB)
-    graph_est = int(((a.cuda_graph_max_bs or d.cuda_graph_max_bs or 160) * 2 + (
-        1536 if spec.is_mla and d.prefill_graph_tokens else d.prefill_graph_tokens * 8)) * MiB)
+    decode_bs = 0 if a.disable_cuda_graph else (a.cuda_graph_max_bs or d.cuda_graph_max_bs or 160)
+    prefill_mib = 1536 if spec.is_mla and d.prefill_graph_tokens else d.prefill_graph_tokens * 8
+    if a.disable_cuda_graph and rel.disable_cuda_graph_all_phases:
+        prefill_mib = 0
+    graph_est = int((decode_bs * 2 + prefill_mib) * MiB)
     activation_est = _activation_estimate(spec, d.chunked_prefill_size, a.tp_size)
     classic_draft = 0 if rel.draft_in_budget else loaded.draft_weights + pools.draft_kv
     headroom = slack_bytes - pools.req_to_token_bytes - graph_est - activation_est - classic_draft
-    return Graphs(graph_est, activation_est, classic_draft, headroom)
+    free = min(loaded.post) - pools.kv_reserved - pools.draft_kv - pools.mamba_bytes - pools.req_to_token_bytes \
+        - classic_draft
+    return Graphs(graph_est, activation_est, classic_draft, headroom, free)
+
+
+def _memory_pool_error(gpu: GPU, s: Settled, graphs: Graphs, pools: Pools) -> str | None:
+    """``ModelRunner.init_memory_pool`` allocates the KV buffers and the ``req_to_token`` table
+    ((max_num_reqs + 1) x (context_len + 4) int32, ``ReqToTokenPool``, mem_cache/memory_pool.py @ v0.4.6.post5 ..
+    v0.5.23) from the free memory after the weights; ``profile_max_num_token`` sizes the KV pool only, so a
+    huge table (Llama-4's 10M context: 80.04 GiB at 2049 rows, sgl-project/sglang#5755) does not fit and
+    torch raises out of memory there, before any CUDA graph is captured."""
+    left = graphs.free_before_bytes + graphs.classic_draft_bytes  # after the KV buffers and req_to_token
+    if not pools.starts or left >= 0 or pools.req_to_token_bytes <= 0:
+        return None
+    device = "HIP" if gpu.vendor == "amd" else "CUDA"
+    req = pools.req_to_token_bytes
+    return (f"torch.OutOfMemoryError: {device} out of memory. Tried to allocate {req / GiB:.2f} GiB "
+            f"(the req_to_token pool: {pools.req_pool_size} requests x context_len {s.context_len} x int32 "
+            f"does not fit the {(left + req) / GiB:.2f} GiB left after the KV cache); lower --context-length "
+            "or --max-running-requests")
+
+
+def _graph_capture_error(gpu: GPU, rel: SGLangRelease, graphs: Graphs, pools: Pools) -> str | None:
+    """CUDA-graph capture runs after the pools; graphs larger than what is left fail there, with the
+    runner's own text (``CudaGraphRunner.__init__``: ``Capture cuda graph failed: {e}`` +
+    CUDA_GRAPH_CAPTURE_FAILED_MSG, model_executor/cuda_graph_runner.py @ v0.4.8.post1 .. v0.5.9,
+    runner/decode_cuda_graph_runner.py @ v0.5.23; "Capture CUDA graph failed" @ v0.4.6.post5). The graph
+    size is kvscope's estimate, so this verdict is too."""
+    if not pools.starts or graphs.graph_bytes <= 0 or graphs.free_before_bytes - graphs.graph_bytes >= 0:
+        return None
+    word = "CUDA" if rel.version < Version("0.4.8") else "cuda"
+    device = "HIP" if gpu.vendor == "amd" else "CUDA"
+    return (f"Exception: Capture {word} graph failed: {device} out of memory (estimated: the graphs need "
+            f"~{graphs.graph_bytes / GiB:.2f} GiB, {max(graphs.free_before_bytes, 0) / GiB:.2f} GiB is left after "
+            "the KV cache). Possible solutions: 1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7) "
+            "2. set --cuda-graph-max-bs to a smaller value (e.g., 16) ... 4. disable CUDA graph by "
+            "--disable-cuda-graph.")
 
 
 def verdict_stage(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, prof: Profiled, cells: Cells,
@@ -435,7 +535,9 @@ def verdict_stage(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, pro
     min_mfs = min_viable_fraction(pre_model_load_gib=prof.pre_gib, available_gpu_gib=prof.avail_gib,
                                   reserve_gib=reserve, need_bytes=cell_bytes * s.page_size)
     per_step = tokens_per_fraction_step(prof.pre_gib, cell_bytes)
-    fixes = (_state_pool_fixes(spec, s, rel, prof, cells) if pools.state_cache_too_small
+    fixes = (_state_pool_floor_and_recommended(spec, s, rel, prof, cells, reserve, per_step)
+             if pools.state_cache_too_small
+             else _graph_fixes(s, prof, graphs) if pools.starts and graphs.free_before_bytes < graphs.graph_bytes
              else _fixes(spec, s, prof, pools, min_mfs, per_step, reserve, cell_bytes))
     w: list[str] = []
     if pools.starts and graphs.headroom_bytes < 0:
@@ -449,6 +551,13 @@ def verdict_stage(spec: ModelSpec, gpu: GPU, s: Settled, rel: SGLangRelease, pro
     if pools.starts and pools.tokens < s.context_len:
         w.append(f"the KV pool holds {pools.tokens} tokens, fewer than context_len {s.context_len}: "
                  f"max_req_len = {min(s.context_len, pools.tokens) - 1}; longer requests are refused")
+    running = _requested_running(a)
+    if pools.starts and running and pools.tokens < s.context_len * running:
+        w.append(f"{OVERCOMMIT_NOTE} {a.max_running_requests}" + (" per DP group" if a.attn_dp_size > 1 else "")
+                 + f" exceeds what the KV pool holds at full context: {pools.tokens:,} tokens hold "
+                 f"{pools.tokens // s.context_len} request(s) of {s.context_len:,} tokens"
+                 + (f" per DP worker ({running} requested)" if a.attn_dp_size > 1 else "")
+                 + "; the rest wait (or are retracted) once requests grow long")
     if b.fraction_factor is not None:
         w.append(f"attention backend aiter with context_len {s.context_len} > 8192: SGLang multiplies "
                  f"mem_fraction_static by {b.fraction_factor:g} ({s.defaults.mem_fraction_static:.4g} -> "
@@ -476,6 +585,10 @@ def _phases(r: int, s: Settled, rel: SGLangRelease, loaded: Loaded, cells: Cells
     L, tp, est = loaded, s.args.tp_size, not loaded.post_measured
     weights, draft_w, budgeted = L.stage_weights[r // tp], L.draft_weights, rel.draft_in_budget
     pre, post = L.pre[r], L.post[r]
+    if L.load_oom is not None:  # the engine dies inside load_model: nothing after the weights happens
+        return (Phase(PHASE_INIT, L.total_bytes, pre, estimated=True, note="CUDA context + communicators (est.)"),
+                Phase(PHASE_LOAD_WEIGHTS, pre, pre - weights - (draft_w if budgeted else 0), estimated=est,
+                      note="out of memory: the weights do not fit the free memory"))
     phases = [Phase(PHASE_INIT, L.total_bytes, pre, estimated=True,
                     note=f"CUDA context ~{L.ctx_bytes / GiB:.2f} + communicators ~{L.comm_bytes / GiB:.2f} GiB (est.)")]
     target_after = post + (draft_w if budgeted else 0) if L.post_measured else pre - weights
@@ -564,6 +677,15 @@ def _ceil3(x: float) -> float:
     return math.ceil(x * 1000 - 1e-9) / 1000
 
 
+def _state_pool_floor_and_recommended(spec: ModelSpec, s: Settled, rel: SGLangRelease, prof: Profiled, cells: Cells,
+                                      reserve: float, per_step: int) -> list[Fix]:
+    """The recommendations (one full request; the requested requests) above the state-pool floor."""
+    floor = _state_pool_fixes(spec, s, rel, prof, cells)
+    low = max((f.value for f in floor if f.flag == "--mem-fraction-static"), default=0.0)
+    return [f for f in _recommended_fixes(spec, s, prof, reserve, cells.worst.cell_bytes, per_step)
+            if f.flag != "--mem-fraction-static" or f.value > low] + floor
+
+
 def _state_pool_fixes(spec: ModelSpec, s: Settled, rel: SGLangRelease, prof: Profiled, cells: Cells) -> list[Fix]:
     """The smallest fraction whose mamba state pool admits one request (``max_mamba_cache_size //
     ratio >= 1``), found by running ``memory.profile`` (bisection on 0.001 steps)."""
@@ -589,10 +711,94 @@ def _state_pool_fixes(spec: ModelSpec, s: Settled, rel: SGLangRelease, prof: Pro
     flag = hi / 1000 / s.fraction_factor
     out = []
     if flag < 1:
-        out.append(Fix("--mem-fraction-static", _ceil3(flag), f"smallest fraction whose mamba state pool holds "
+        out.append(Fix("--mem-fraction-static", _ceil3(flag), f"floor: smallest fraction whose mamba state pool holds "
                        f"{ratio} slot(s) per request (max_mamba_cache_size // mamba_ratio >= 1)"))
     if not a.disable_radix_cache:
         out.append(Fix("--disable-radix-cache", True, "mamba_ratio 1 instead of 3: one state slot per request"))
+    return out
+
+
+OVERCOMMIT_NOTE = "--max-running-requests"  # the verdict's under-sized note starts with it (report/sglang_text.py)
+
+
+def _requested_running(a: SGLangArgs) -> int | None:
+    """``--max-running-requests`` as given, per DP-attention worker (SGLang divides it: ``max_num_reqs``)."""
+    if a.max_running_requests is None:
+        return None
+    return max(1, a.max_running_requests // max(1, a.attn_dp_size))
+
+
+def _recommended_fixes(spec: ModelSpec, s: Settled, prof: Profiled, reserve: float, cell: int,
+                       per_step: int) -> list[Fix]:
+    """The recommendations: the fraction that holds one full ``context_len`` request, and (with
+    ``--max-running-requests``) that many requests at the context — each at least SGLang's default
+    for the layout, which keeps its runtime reserve (CUDA graphs, activations). From
+    ``min_viable_fraction`` (SGLang's budget solved for the fraction, memory.py)."""
+    a, factor, ctx = s.args, s.fraction_factor, min(s.context_len, derived_context_len(spec))
+    default = s.defaults.mem_fraction_static
+    wants = [(1, f"holds one full {ctx:,}-token request")]
+    running = _requested_running(a)
+    if running and running > 1:
+        per = " per DP worker" if a.attn_dp_size > 1 else ""
+        wants.append((running, f"holds --max-running-requests {a.max_running_requests} ({running}{per}) "
+                               f"at {ctx:,} tokens = {running * ctx:,} tokens"))
+    out: list[Fix] = []
+    for n, what in wants:
+        f = min_viable_fraction(pre_model_load_gib=prof.pre_gib, available_gpu_gib=prof.avail_gib,
+                                reserve_gib=reserve, need_bytes=n * ctx * cell) / factor
+        if f >= 1:
+            if min_viable_fraction(pre_model_load_gib=prof.pre_gib, available_gpu_gib=prof.avail_gib,
+                                   reserve_gib=reserve, need_bytes=cell * s.page_size) / factor < 1:
+                out.append(Fix("--tp", a.tp_size * 2, f"no fraction below 1 {what}: shard over more GPUs"))
+            break  # (no budget at all: _tp_fixes sizes the TP)
+        value = max(_ceil3(f), default)
+        keep = f" (needs {_ceil3(f)}; SGLang's default {default:g} keeps its runtime reserve)" if value > _ceil3(f) \
+            else f" ({per_step:,} tokens per +0.01)"
+        out.append(Fix("--mem-fraction-static", value, f"recommended: {what}{keep}"))
+    return out
+
+
+def _graph_fixes(s: Settled, prof: Profiled, graphs: Graphs) -> list[Fix]:
+    """Room for the (estimated) CUDA graphs: each -0.01 of the fraction leaves pre x 0.01 more free
+    after the KV cache; or no decode graphs at all."""
+    deficit_gib = (graphs.graph_bytes - graphs.free_before_bytes) / GiB
+    effective = s.mem_fraction_static - deficit_gib / prof.pre_gib if prof.pre_gib > 0 else 0.0
+    out = []
+    if effective > 0:
+        flag = math.floor(effective / s.fraction_factor * 1000 + 1e-9) / 1000
+        out.append(Fix("--mem-fraction-static", flag, f"leaves the ~{graphs.graph_bytes / GiB:.2f} GiB of CUDA "
+                       "graphs (est.) free after the KV cache"))
+    if not s.args.disable_cuda_graph:
+        out.append(Fix("--disable-cuda-graph", True, "no decode graphs to capture (slower decode)"))
+    return out
+
+
+def _tp_fixes(spec: ModelSpec, s: Settled, prof: Profiled, reserve: float, cell: int) -> list[Fix]:
+    """When the weights leave no budget at any fraction: the TP that holds one full request at SGLang's
+    default fraction (recommended) and the least TP that leaves a KV budget at 0.99 (floor). Estimated:
+    the weights on a rank (pre - available) and the cell scale with this TP / the new TP (GQA cells:
+    KV heads per rank, at least one; MLA cells do not shrink)."""
+    a, heads, kvh = s.args, spec.num_attention_heads, max(1, spec.num_key_value_heads)
+    ctx = min(s.context_len, derived_context_len(spec))
+    w, default = prof.pre_gib - prof.avail_gib, s.defaults.mem_fraction_static
+    floor = rec = None
+    n = a.tp_size * 2
+    while n <= 64 and rec is None:
+        if heads % n == 0:
+            wn = w * a.tp_size / n
+            cn = cell if spec.is_mla else cell * max(1, kvh // n) / max(1, kvh // a.tp_size)
+            if floor is None and prof.pre_gib * 0.99 - wn - reserve > cn * s.page_size / GiB:
+                floor = (n, wn)
+            if prof.pre_gib * default - wn - reserve >= ctx * cn / GiB:
+                rec = (n, wn)
+        n *= 2
+    out = []
+    if rec is not None:
+        out.append(Fix("--tp", rec[0], f"recommended (est.): holds one full {ctx:,}-token request at SGLang's default "
+                                       f"fraction {default:g}: ~{rec[1]:.1f} GiB of weights per rank (scaled 1/TP)"))
+    if floor is not None:
+        out.append(Fix("--tp", floor[0], f"floor (est.): the least TP whose weights (~{floor[1]:.1f} GiB per rank) "
+                                         "leave a KV budget"))
     return out
 
 
@@ -605,30 +811,33 @@ def _fixes(spec: ModelSpec, s: Settled, prof: Profiled, pools: Pools, min_mfs: f
     out: list[Fix] = []
     scaled = "" if factor == 1.0 else f" (SGLang multiplies the flag by {factor:g} for this backend)"
     if not starts:
+        out += _recommended_fixes(spec, s, prof, reserve, cell, per_step)
         if min_mfs < 1:
             if min_mfs / factor < 1:
                 out.append(Fix("--mem-fraction-static", _ceil3(min_mfs / factor),
-                               f"minimum that leaves a KV budget: 1 - (available {avail_gib:.2f} - reserve "
-                               f"{reserve:.2f}) / pre {pre_gib:.2f} GiB{scaled}; each +0.01 above it buys "
-                               f"{per_step} tokens"))
+                               f"floor: the least that starts (a KV budget of one page): 1 - (available "
+                               f"{avail_gib:.2f} - reserve {reserve:.2f}) / pre {pre_gib:.2f} GiB{scaled}; each "
+                               f"+0.01 above it buys {per_step} tokens"))
             else:
                 out.append(Fix("--attention-backend", "triton",
                                f"the flag would need {min_mfs / factor:.3f} > 1 because SGLang multiplies it by "
                                f"{factor:g} for aiter at context > 8192; triton does not"))
         else:
-            out.append(Fix("--tp", a.tp_size * 2, "the weights alone exceed the free memory: shard over more GPUs"))
+            out += _tp_fixes(spec, s, prof, reserve, cell) or [
+                Fix("--tp", a.tp_size * 2, "the weights alone exceed the free memory: shard over more GPUs")]
         if kv_bytes > 1 and min_mfs < 1:
             out.append(Fix("--kv-cache-dtype", "fp8_e4m3",
                            "halves the cell size (more tokens per GiB) once the budget is positive; it does not "
                            "fix a negative budget"))
         return out
+    running = _requested_running(a)
+    if tokens < context_len or (running and tokens < context_len * running):
+        out += [f for f in _recommended_fixes(spec, s, prof, reserve, cell, per_step)
+                if f.flag != "--mem-fraction-static" or f.value > s.mem_fraction_static / factor + 1e-9]
+        if min_mfs / factor < 1:
+            out.append(Fix("--mem-fraction-static", _ceil3(min_mfs / factor),
+                           f"floor: the least that starts; it holds only {s.page_size} token(s)"))
     if tokens < context_len:
-        need = min(context_len, derived_context_len(spec)) * cell
-        f = min_viable_fraction(pre_model_load_gib=pre_gib, available_gpu_gib=avail_gib, reserve_gib=reserve,
-                                need_bytes=need)
-        if f / factor < 1:
-            out.append(Fix("--mem-fraction-static", _ceil3(f / factor),
-                           f"holds one full {context_len}-token request ({per_step} tokens per +0.01){scaled}"))
         out.append(Fix("--context-length", tokens, "cap requests to what the pool holds"))
         if kv_bytes > 1:
             out.append(Fix("--kv-cache-dtype", "fp8_e4m3", "fp8 KV doubles the tokens per GiB"))

@@ -86,6 +86,8 @@ def swa_split(rel: SGLangRelease, rest_bytes: int, cell: CellSize, page_size: in
 
 @dataclass(frozen=True)
 class SWAPools:
+    """The hybrid sliding-window pools: full-attention and SWA tokens."""
+
     max_total_num_tokens: int  # = full_tokens (all-SWA: swa_tokens)
     full_tokens: int
     swa_tokens: int

@@ -194,8 +194,24 @@ TRAITS: dict[str, Trait | Era] = bind_rule(by_order_else_pep440, {
 
     # attention backend, page size, aiter (model_runner.py <= 0.5.3, server_args.py 0.5.4-0.5.18,
     # arg_groups/overrides.py / attention_hook.py 0.5.19+)
+    # Llama 4's vision tower: HF's Llama4VisionModel built unconditionally, whole on every rank (0.4.8.post1 /
+    # 0.4.9 models/mllama4.py); from 0.4.10 only with --enable-multimodal (off by default for
+    # Llama4ForConditionalGeneration, configs/model_config.py), TP-sharded then
+    "llama4_vision_opt_in": Trait(">=0.4.10", "0.4.10.post2 models/mllama4.py has_vision (0.5.9, 0.5.23 alike)"),
     "llama4_backend_override": Trait(">=0.5.3", "0.5.3 server_args.py _handle_model_specific_adjustments"),
+    # DeepSeek NSA (V3.2) in _handle_model_specific_adjustments, after the memory defaults: DP attention with
+    # dp_size = tp_size in 0.5.3-0.5.5 (from 0.5.6 dp_size is left as passed and dp_size 1 turns it off again
+    # in _handle_data_parallelism); mem_fraction_static = 0.8 whatever was passed in 0.5.3 only
+    "dsa_dp_attention_forced": Trait(">=0.5.3,<0.5.6", "0.5.3 server_args.py l.814-818, 0.5.5 l.1070-1073 "
+                                     "(0.5.6 l.950: enable_dp_attention only)"),
+    "dsa_indexer_in_profile": Trait(">=0.5.4", "0.5.4 model_runner.py profile_max_num_token l.1406-1416 "
+                                    "(the NSA indexer per token; absent in 0.5.3, sgl-project/sglang#11309)"),
+    "dsa_mem_fraction_08": Trait(">=0.5.3,<0.5.4", "0.5.3 server_args.py l.823 (absent in 0.5.4)"),
     "dsa_forced_page": Trait(">=0.5.3", "0.5.3 server_args.py (DSA: page 64 CUDA, 1 ROCm)"),
+    # DSA KV dtype: `auto` -> fp8_e4m3 on SM >= 10, bfloat16 below (0.5.6 server_args.py l.977-986 ... 0.5.23
+    # arg_groups/overrides.py); 0.5.3/0.5.4 set fp8_e4m3 on SM >= 10 whatever --kv-cache-dtype said
+    "dsa_kv_fp8_default": Trait(">=0.5.3", "0.5.3 server_args.py l.826-832; 0.5.9 _set_default_nsa_kv_cache_dtype"),
+    "dsa_kv_fp8_forced": Trait("<0.5.5", "0.5.4 server_args.py l.1026-1032 (0.5.5 l.1083: only when auto)"),
     "hybrid_gdn_sm100_backend": Trait(">=0.5.13", "0.5.13 server_args.py l.2506; 0.5.18 overrides.py"),
     "deepseek_v3_sm100_trtllm_mla": Trait(">=0.5.4", "0.5.4 server_args.py l.872-886 (absent in 0.5.3)"),
     "rocm_mla_aiter": Trait(">=0.4.7", "0.4.7 model_runner.py l.342-350 (absent in 0.4.6.post5)"),
@@ -349,6 +365,10 @@ TRAITS: dict[str, Trait | Era] = bind_rule(by_order_else_pep440, {
     "log_unbalanced_min_per_gpu": Trait("<0.5.10", "0.5.9 model_runner.py l.843 \"min_per_gpu_memory=\" "
                                         "(0.4.6.post5 l.486)"),
     "log_unbalanced_pre_model_load": Trait(">0.5.9", "0.5.14 model_runner.py l.1278 \"pre_model_load_memory=\""),
+    # --- CUDA graphs (plan.py graph_stage) ---
+    "disable_cuda_graph_all_phases": Trait(">=0.5.23", "0.5.23 arg_groups/cuda_graph_hook.py l.55: --disable-cuda-graph "
+                                           "disables the decode and the prefill graph (0.5.10 server_args.py: the "
+                                           "piecewise prefill graph has its own --disable-piecewise-cuda-graph)"),
 })
 
 
@@ -374,8 +394,14 @@ class SGLangRelease:
     deepep_reserve: bool
     speculative_reserve_4gib: bool
     draft_in_budget: bool
+    llama4_vision_opt_in: bool
     llama4_backend_override: bool
+    dsa_dp_attention_forced: bool
+    dsa_indexer_in_profile: bool
+    dsa_mem_fraction_08: bool
     dsa_forced_page: bool
+    dsa_kv_fp8_default: bool
+    dsa_kv_fp8_forced: bool
     hybrid_gdn_sm100_backend: bool
     deepseek_v3_sm100_trtllm_mla: bool
     rocm_mla_aiter: bool
@@ -440,6 +466,7 @@ class SGLangRelease:
     log_summary_avail: bool
     log_unbalanced_min_per_gpu: bool
     log_unbalanced_pre_model_load: bool
+    disable_cuda_graph_all_phases: bool
 
     def __str__(self) -> str:
         return str(self.version)
@@ -458,6 +485,32 @@ def parse_version(text: str | None) -> Version:
         raise FlagError(f"SGLang {text} is older than any version kvscope models", field="--engine-version",
                         fix=f"use a version from 0.4.6 to {LATEST}")
     return v
+
+
+def check_modelled(text: str | None) -> Version:
+    """``--engine-version`` within the modelled releases (0.4.x .. :data:`LATEST`, post releases of it
+    included); a newer one is refused naming the nearest modelled release (FlagError)."""
+    v = parse_version(text)
+    if v.release[:3] > Version(LATEST).release:
+        raise FlagError(f"SGLang {text} is newer than the releases kvscope models (up to {LATEST})",
+                        field="--engine-version",
+                        fix=f"the nearest modelled release is {LATEST}: pass --engine-version {LATEST}, or add "
+                            f"--allow-unmodelled-version to plan it as {LATEST} with a warning")
+    return v
+
+
+def nearest_modelled(text: str | None) -> str:
+    """The modelled release closest to ``text`` (``--allow-unmodelled-version``); FlagError when
+    ``text`` is not a version at all."""
+    if text is None or text in ("", "latest"):
+        return LATEST
+    try:
+        v = Version(text.lstrip("v"))
+    except InvalidVersion:
+        return str(parse_version(text))  # raises the one-line "not a version"
+    if v < Version(OLDEST):
+        return KNOWN_VERSIONS[0]
+    return LATEST if v.release[:3] > Version(LATEST).release else str(v)
 
 
 @lru_cache(maxsize=128)

@@ -129,7 +129,8 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
                  gpu_sm: str | None = None, derived_max_len: DerivedMaxModelLen | None = None,
                  is_sparse_mla: bool = False, head_size: int | None = None,
                  qk_nope_head_dim: int | None = None, has_sink: bool = False,
-                 gpu_vendor: str = "nvidia", is_deepseek_v4: bool = False) -> VllmArgs:
+                 gpu_vendor: str = "nvidia", is_deepseek_v4: bool = False, is_multimodal: bool = False,
+                 has_sliding_window: bool = False) -> VllmArgs:
     """Apply vLLM's defaults and validations (the ones that raise before any memory is touched).
 
     Block size: :func:`backend.select_block_size` (heads per rank = ``num_attention_heads // tp``).
@@ -151,7 +152,11 @@ def resolve_args(flags: VllmFlags, *, traits: VersionTraits, model_max_len: int,
     derived = derived_max_len or DerivedMaxModelLen(model_max_len, "max_position_embeddings", model_max_len,
                                                     None, True)
     mml, auto = settle_max_model_len(flags, derived, traits)
-    seqs, mnbt = scheduler_limits(flags, traits, mml, gpu_memory_bytes, gpu_name, gpu_sm)
+    if traits.is_v0:
+        seqs, mnbt = v0_scheduler_limits(flags, traits, mml, V0Model(is_multimodal, has_sliding_window,
+                                                                     is_hybrid_mamba, gpu_vendor))
+    else:
+        seqs, mnbt = scheduler_limits(flags, traits, mml, gpu_memory_bytes, gpu_name, gpu_sm)
     if flags.kv_cache_memory_bytes is not None and not traits.kv_cache_memory_bytes_flag:
         raise FlagError(f"--kv-cache-memory-bytes does not exist in vLLM {traits.version} "
                         "(CacheConfig.kv_cache_memory_bytes: v0.11.0+)", field="--kv-cache-memory-bytes",
@@ -217,6 +222,69 @@ def scheduler_limits(flags: VllmFlags, traits: VersionTraits, max_model_len: int
     for name, val in (("--max-num-seqs", seqs), ("--max-num-batched-tokens", mnbt)):
         if val < 1:
             raise FlagError(f"{name} must be >= 1, got {val}", field=name, fix="pass a positive integer")
+    return seqs, mnbt
+
+
+# V0 (< 0.8, VLLM_USE_V1=0): EngineArgs.create_engine_config (vllm/engine/arg_utils.py) and
+# SchedulerConfig (vllm/config.py) @ v0.6.0 / v0.6.3 / v0.6.4 / v0.6.5 / v0.6.6.post1 / v0.7.3.
+V0_LONG_CONTEXT_TOKENS = 32768  # use_long_context = max_model_len > 32768
+V0_MAX_NUM_SEQS = 256  # EngineArgs.max_num_seqs (256 unless VLLM_USE_V1: 1024)
+
+
+@dataclass(frozen=True)
+class V0Model:
+    """What V0's chunked-prefill default reads about the model and the device."""
+
+    is_multimodal: bool = False
+    has_sliding_window: bool = False  # model_config.get_sliding_window() is not None
+    has_mamba_layers: bool = False  # contains_seqlen_agnostic_layers (0.6.0 only)
+    gpu_vendor: str = "nvidia"
+
+
+def v0_chunked_prefill(flags: VllmFlags, traits: VersionTraits, max_model_len: int, m: V0Model) -> bool:
+    """V0's ``enable_chunked_prefill`` when unset: on only for ``max_model_len > 32768`` on a GPU, with no
+    sliding window, no speculative decoding, no LoRA; multimodal models stay off (from v0.6.3); from v0.6.5
+    not on ROCm; in v0.6.0 also not with prefix caching or mamba layers (engine/arg_utils.py ``create_engine_config`` @
+    v0.6.0 / v0.6.4 / v0.6.5 / v0.7.3). At <= 32K it stays off: the profile run takes
+    ``max(max_model_len, 2048)`` tokens."""
+    if flags.enable_chunked_prefill is not None:
+        return flags.enable_chunked_prefill
+    if max_model_len <= V0_LONG_CONTEXT_TOKENS or m.has_sliding_window:
+        return False
+    if m.is_multimodal and not traits.v0_long_context_strict:
+        return False
+    if flags.speculative_method or flags.num_speculative_tokens:
+        return False
+    if traits.v0_long_context_skips_rocm and m.gpu_vendor == "amd":
+        return False
+    return not (traits.v0_long_context_strict and (flags.enable_prefix_caching or m.has_mamba_layers))
+
+
+def v0_scheduler_limits(flags: VllmFlags, traits: VersionTraits, max_model_len: int,
+                        m: V0Model) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of V0's ``SchedulerConfig`` (config.py @ v0.6.4 ``__init__``,
+    @ v0.6.6.post1 / v0.7.3 ``__post_init__``): unset, chunked prefill takes 512 tokens (2048 from
+    v0.6.5), otherwise ``max(max_model_len, 2048)``; a multimodal model at least 5120 (4096 @ v0.6.0);
+    ``max_num_seqs`` 256. ``_verify_args`` raises when the budget is below ``max_model_len`` without
+    chunked prefill, or below ``max_num_seqs``. Multi-step scheduling and pooling models not modelled."""
+    chunked = v0_chunked_prefill(flags, traits, max_model_len, m)
+    seqs = flags.max_num_seqs if flags.max_num_seqs is not None else V0_MAX_NUM_SEQS
+    mnbt = flags.max_num_batched_tokens
+    if mnbt is None:
+        mnbt = (512 if traits.v0_chunked_budget_512 else 2048) if chunked else max(max_model_len, 2048)
+        if m.is_multimodal:
+            mnbt = max(mnbt, 5120 if traits.v0_multimodal_budget_5120 else 4096)
+    for name, val in (("--max-num-seqs", seqs), ("--max-num-batched-tokens", mnbt)):
+        if val < 1:
+            raise FlagError(f"{name} must be >= 1, got {val}", field=name, fix="pass a positive integer")
+    if mnbt < max_model_len and not chunked:
+        raise FlagError(f"max_num_batched_tokens ({mnbt}) is smaller than max_model_len ({max_model_len}). "
+                        "This effectively limits the maximum sequence length to max_num_batched_tokens and "
+                        "makes vLLM reject longer sequences.", field="--max-num-batched-tokens",
+                        fix="increase max_num_batched_tokens or decrease max_model_len")
+    if mnbt < seqs:
+        raise FlagError(f"max_num_batched_tokens ({mnbt}) must be greater than or equal to max_num_seqs ({seqs}).",
+                        field="--max-num-batched-tokens", fix="raise it, or lower --max-num-seqs")
     return seqs, mnbt
 
 

@@ -119,6 +119,8 @@ def _mla_stride_alignment(block_size: int, tokens_per_state: int, state_bytes: i
 
 @dataclass(frozen=True)
 class V4CacheFormat:
+    """DeepSeek-V4's KV cache row format (packed fp8_ds_mla or plain rows)."""
+
     packed: bool  # fp8_ds_mla UE8M0 layout (uint8) vs plain element rows
     cache_dtype: str  # as the layers record it ("fp8_ds_mla" or "bfloat16")
     latent_state_bytes: int  # per stored latent row (SWA and compressed KV)
@@ -204,6 +206,8 @@ def approximate_gcd(values: Sequence[int], lower_bound: int | None = None) -> in
 
 @dataclass(frozen=True)
 class V4Group:
+    """One DeepSeek-V4 KV cache group: its layers."""
+
     layers: tuple[V4CacheLayer, ...]
 
     @property

