@@ -4,37 +4,18 @@ runs doctor on a pasted log. No console errors on any of it."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import sys
-from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 
-from kvscope.cli import main
+from report_html.cli_helpers import KIMI, LOG, cli
 
 from .conftest import console_errors
 
 pytestmark = pytest.mark.browser
 
-LOG = Path(__file__).resolve().parents[1] / "doctor" / "data" / "origin_kimi_k25_8x_rtxpro6000.log"
-KIMI = ["moonshotai/Kimi-K2.5", "--gpu", "rtx-pro-6000", "--tp", "8", "--mem-fraction-static", "0.55",
-        "--pre-load-free-gib", "94", "--post-load-free-gib", "21.7"]
 
-
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    """``kvscope ARGV`` in-process (sys.argv as the shell would set it: the report quotes it)."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv
-    sys.argv = ["kvscope", *argv]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(argv)
-    finally:
-        sys.argv = saved
-    return rc, out.getvalue(), err.getvalue()
 
 
 def plan_json(argv: list[str]) -> dict:

@@ -21,8 +21,14 @@ from kvscope.probe.runner import LOCK_FILE, exit_like
 PROBE = [sys.executable, "-m", "kvscope.cli", "probe"]
 
 
+def _default_sigint() -> None:
+    """Children start with SIGINT at its default: a CI job run in the background (nohup, ``&``) starts with
+    SIGINT ignored, and a program that inherits that cannot die of it, probe or not."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run(args, **kw):
-    return subprocess.run(args, capture_output=True, text=True, timeout=120, **kw)
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, preexec_fn=_default_sigint, **kw)
 
 
 def _program(code: str) -> list:
@@ -42,7 +48,7 @@ def test_death_by_signal_looks_the_same(tmp_path, signum):
 def test_death_by_signal_seen_from_a_shell(tmp_path):
     code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     cmd = " ".join([*PROBE, "--out", str(tmp_path / "o"), "--", sys.executable, "-c", repr(code)])
-    shell = subprocess.run(["/bin/sh", "-c", cmd + "; echo status=$?"], capture_output=True,
+    shell = subprocess.run(["/bin/sh", "-c", cmd + "; echo status=$?"], capture_output=True, preexec_fn=_default_sigint,
                            text=True, timeout=120)
     assert "status=137" in shell.stdout
 

@@ -3,37 +3,19 @@ nothing from the network (no http(s) ``src``/``href``, no CSS ``url(http…)``).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from kvscope import __version__
-from kvscope.cli import main
 from kvscope.curve import curve
 from kvscope.units import GiB
-
-LOG = Path(__file__).resolve().parents[1] / "doctor" / "data" / "origin_kimi_k25_8x_rtxpro6000.log"
-KIMI = ["moonshotai/Kimi-K2.5", "--gpu", "rtx-pro-6000", "--tp", "8", "--mem-fraction-static", "0.55",
-        "--pre-load-free-gib", "94", "--post-load-free-gib", "21.7"]
+from .cli_helpers import KIMI, LOG, cli
 
 
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    """``kvscope ARGV`` in-process (sys.argv as the shell would set it: the report quotes it)."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv
-    sys.argv = ["kvscope", *argv]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(argv)
-    finally:
-        sys.argv = saved
-    return rc, out.getvalue(), err.getvalue()
 
 
 class Doc(HTMLParser):

@@ -3,9 +3,7 @@ CLI's one line with 400, and no request stops the server."""
 
 from __future__ import annotations
 
-import contextlib
 import http.client
-import io
 import json
 import sys
 import threading
@@ -14,25 +12,11 @@ from urllib.parse import urlencode
 
 import pytest
 
-from kvscope.cli import main
 from kvscope.commands.serve import routes
 from kvscope.server import make_server
+from .cli_helpers import LOG, cli
 
-LOG = Path(__file__).resolve().parents[1] / "doctor" / "data" / "origin_kimi_k25_8x_rtxpro6000.log"
 
-
-def cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv
-    sys.argv = ["kvscope", *argv]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(argv)
-    except SystemExit as exc:  # argparse's usage errors
-        rc = exc.code
-    finally:
-        sys.argv = saved
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +172,9 @@ def test_serve_command_starts_answers_and_stops_on_ctrl_c():
     import subprocess
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
     p = subprocess.Popen([sys.executable, "-m", "kvscope.cli", "serve", "--port", "0", "--quiet"],
-                         stderr=subprocess.PIPE, text=True, env=env)
+                         stderr=subprocess.PIPE, text=True, env=env,
+                         # SIGINT at its default even when the tests run in the background (nohup, &)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = p.stderr.readline()
         m = re.match(r"kvscope serve: http://127\.0\.0\.1:(\d+)/  \(Ctrl-C to stop\)$", line.strip())
