@@ -255,3 +255,22 @@ def test_plan_accepts_the_attn_dp_size_fit_prints(capsys):
     one_line_error(rc, out, err, "--attn-dp-size 8 and --dp 4 disagree")
     rc, out, err = run(same + ["--engine", "vllm", "--attn-dp-size", "8"], capsys)
     one_line_error(rc, out, err, "--attn-dp-size is a SGLang flag")
+
+
+def test_short_hybrid_pattern_beside_layer_types_is_one_line(tmp_path, capsys):
+    """Found by the fuzz tier: a gpt-oss config whose layer_types give the attention kinds and a one-character
+    hybrid_override_pattern reached an IndexError in the weights (exit 3)."""
+    import json
+
+    from kvscope.cli import main
+
+    cfg = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "head_dim": 64,
+           "intermediate_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8, "num_hidden_layers": 4,
+           "layer_types": ["sliding_attention", "full_attention"] * 2, "sliding_window": 128,
+           "num_local_experts": 32, "num_experts_per_tok": 4, "vocab_size": 201088,
+           "max_position_embeddings": 131072, "hybrid_override_pattern": "0"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["plan", str(path), "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hybrid_override_pattern has 1 entries for 4 layers" in err

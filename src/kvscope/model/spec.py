@@ -392,6 +392,9 @@ def _ffn_types(text: Mapping[str, Any], moe: MoESpec | None, layer_types: tuple[
     n = len(layer_types)
     pattern = text.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
+        if len(pattern) < n:  # also when layer_types, not the pattern, gave the attention kinds
+            raise ConfigError(f"hybrid_override_pattern has {len(pattern)} entries for {n} layers",
+                              field="hybrid_override_pattern", fix="give one character per decoder layer")
         return tuple({"-": "dense", "E": "moe"}.get(c, "none") for c in pattern[:n])
     if moe is None:
         return tuple("dense" for _ in range(n))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..timeline import Timeline
 from ..units import GiB
-from .sections import assemble, verdict_lines
+from .sections import assemble, failed_at, verdict_lines
 
 
 def _gb(n: int | float | None) -> str:
@@ -53,21 +53,9 @@ def render_sglang(t: Timeline) -> str:
         capacity.append(f"  minimum viable --mem-fraction-static: {x.min_mem_fraction_static:.4f}"
                         f" (engine's own formula 1 - available/pre = {x.engine_min_mem_fraction_static:.4f})")
     notes = [f"  fix: {f.flag} {f.value}   — {f.why}" for f in t.fix] + [f"  note: {w}" for w in t.warnings]
-    return assemble(verdict_lines(t, _failed_at(t)), {"setup": setup, "memory per rank": _rank_lines(t),
+    return assemble(verdict_lines(t, failed_at(t)), {"setup": setup, "memory per rank": _rank_lines(t),
                                                       "sizing decision": sizing, "capacity": capacity,
                                                       "fixes and notes": notes})
-
-
-_FAILED_AT = {"load_weights": "weight loading", "load_draft_weights": "draft weight loading",
-              "cuda_graph": "CUDA graph capture"}
-
-
-def _failed_at(t: Timeline) -> str:
-    """The phase the start dies in: the last phase shown when it ends below zero, else the KV sizing."""
-    last = t.ranks[0].phases[-1] if t.ranks and t.ranks[0].phases else None
-    if last is not None and last.free_bytes_after is not None and last.free_bytes_after < 0:
-        return _FAILED_AT.get(last.name, last.name)
-    return "KV sizing"
 
 
 def _rank_lines(t: Timeline) -> list[str]:
