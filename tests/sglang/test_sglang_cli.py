@@ -15,6 +15,15 @@ def run(args):
     return subprocess.run([sys.executable, "-m", "kvscope.cli", *args], capture_output=True, text=True, timeout=60)
 
 
+def test_readme_main_command_starts():
+    """The README's first command: the origin case at the fraction plan recommends for it."""
+    r = run(["plan", "moonshotai/Kimi-K2.5", "--gpu", "rtx-pro-6000", "--tp", "8", "--mem-fraction-static", "0.952",
+             "--pre-load-free-gib", "94", "--post-load-free-gib", "21.7"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("verdict: starts — 261,136 KV tokens per rank")
+    assert "70,272 B/token" in r.stdout and "14,363 tokens" in r.stdout
+
+
 def test_readme_origin_command():
     r = run(["plan", "moonshotai/Kimi-K2.5", "--gpu", "rtx-pro-6000", "--tp", "8", "--mem-fraction-static", "0.55",
              "--pre-load-free-gib", "94", "--post-load-free-gib", "21.7"])

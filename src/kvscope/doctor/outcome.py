@@ -122,7 +122,7 @@ def failed_start(an: Analysis, engine: str, events: dict[str, list[Event]], coun
     row = FAILURES.get((engine, phase)) or FAILURES[(engine, "init")]
     more = counts.get(e.kind, 1) - 1
     again = f" ({more} more such line(s))" if more > 0 else ""
-    if e.values.get("oom") or e.kind == "oom":
+    if e.values.get("oom"):  # oom_rule lines, and failure lines whose text is out of memory
         an.add(row.code, ERROR, f"{engine_name(engine)} failed at {row.what}: out of memory{_figures(e)}{again}",
                [e.evidence], row.fix)
     elif e.kind in ("max_model_len_invalid", "config_invalid"):

@@ -1,9 +1,10 @@
 """Reading a log: streaming, bounded, both grammars fed at once; which engine printed it.
 
-Streaming and bounded: the log is read line by line as bytes (``MAX_LINE_BYTES`` per line at most),
-each line is tested against one combined trigger pattern, and only matching lines are decoded and
-parsed. What is kept does not grow with the log: per-rank figures, a few evidence lines per kind of
-event, and at most ``MAX_UNPARSED_SAMPLES`` lines it did not understand.
+Streaming and bounded: the log is read in blocks of bytes (gzip unpacked on the fly, ``MAX_LOG_BYTES``
+in all, ``MAX_LINE_BYTES`` per line); what a line is (traffic, startup trigger, traceback, memory-looking)
+is decided once per shape of line (``verdict``), and only trigger lines are decoded and parsed. What is
+kept does not grow with the log: per-rank figures, a few evidence lines per kind of event, and at most
+``MAX_UNPARSED_SAMPLES`` lines it did not understand.
 """
 
 from __future__ import annotations

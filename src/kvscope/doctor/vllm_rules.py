@@ -38,11 +38,11 @@ from .findings import (
     UNBALANCED_RANKS,
     WARNING,
     Analysis,
+    Finding,
     as_float,
     as_int,
     ceil_to,
 )
-from .findings import Finding
 from .outcome import failed_start
 from .rules_common import (
     ObservedFlags,

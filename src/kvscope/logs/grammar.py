@@ -225,8 +225,8 @@ class Rule:
 
 
 class LineGrammar:
-    """What both engines' log parsers share: find a trigger phrase (raw line first, then the cleaned
-    one), note the line's timestamp, hand the line to the rule of that phrase, and keep the latest
+    """What both engines' log parsers share: find a trigger phrase in the cleaned line (no ANSI colours,
+    no line end), note the line's timestamp, hand the line to the rule of that phrase, and keep the latest
     timestamp seen since the figures began (restart detection). Subclasses set ``RULES`` and
     ``TIMESTAMP`` (group 1 = the timestamp) and implement ``new_log``."""
 
@@ -413,6 +413,9 @@ def failure_rule(trigger: str, kind: str, phase: str | None = None, pattern: re.
         p.event(kind, values, ln.ev)
 
     return Rule(trigger, pattern, handle)
+
+
+CUDA_ERROR_RULE = failure_rule(r"CUDA [Ee]rror: ", "cuda_error")  # "CUDA Error: no kernel image …", torch's "CUDA error: …"
 
 
 def _custom_ar(p: LineGrammar, _m: Any, ln: Line) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...logs.grammar import (
+    CUDA_ERROR_RULE,
     CUSTOM_AR_RULE,
     DEVICE_NAME_RULE,
     MAX_RANKS,
@@ -430,7 +431,7 @@ RULES: tuple[Rule, ...] = (
     Rule(r"Using KV cache dtype", RE_KV_DTYPE, _kv_dtype),
     Rule(r"Automatically reduce --mem-fraction-static|Automatically adjust --mem-fraction-static", RE_MFS_AUTO, _mfs_auto),
     failure_rule(r"Scheduler hit an exception", "scheduler_exception"),
-    failure_rule(r"CUDA [Ee]rror: ", "cuda_error"),
+    CUDA_ERROR_RULE,
     version_rule(r"sglang(?:==| version)", RE_VERSION, strip=".,"),
     Rule(r"Disable (?:prefill|decode) CUDA graph because", None, _graph_disabled),
     event_rule(r"piecewise cuda graph is enabled", "piecewise_cuda_graph"),

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...logs.grammar import (
+    CUDA_ERROR_RULE,
     CUSTOM_AR_RULE,
     DEVICE_NAME_RULE,
     MAX_RANKS,
@@ -524,7 +525,7 @@ RULES: tuple[Rule, ...] = (
     failure_rule(r"User-specified max_model_len", "max_model_len_invalid", "config_validation", RE_USER_MML,
                  ("max_model_len", "derived_key", "derived")),
     failure_rule(r"validation errors? for \w*Config", "config_invalid", "config_validation"),
-    failure_rule(r"CUDA [Ee]rror: ", "cuda_error"),
+    CUDA_ERROR_RULE,
     Rule(r"Starting to load model", None, _loading_model),
     event_rule(r"Cudagraph is disabled", "cudagraph_disabled"),
     Rule(r"Capturing CUDA graphs \(", None, _graph_capture),
